@@ -1,0 +1,56 @@
+# Hookscope entry points. Every target sets up what it needs itself (idempotent).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+NPM    ?= npm
+
+.PHONY: setup setup-python setup-node build package demo studio test test-python test-ts test-e2e bench protocol clean
+
+setup: setup-python setup-node
+
+# Python: a virtual environment with torch pinned to the CPU wheel on local disk.
+setup-python: $(VENV)/.stamp
+$(VENV)/.stamp: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# Node: the extension's build and test tools.
+setup-node: node_modules/.stamp
+node_modules/.stamp: package.json package-lock.json
+	$(NPM) ci --no-audit --no-fund
+	touch $@
+
+build: setup
+	$(NPM) run build
+
+package: build
+	$(NPM) run package
+
+protocol: setup-python
+	$(PY) -m hookscope.protocol_gen extension/src/protocol/messages.gen.ts
+
+demo: setup
+	$(PY) examples/demo.py
+
+studio: package
+	bash tests/e2e/studio.sh
+
+test: setup build test-python test-ts test-e2e
+
+test-python: setup-python
+	$(PY) -m pytest -q
+
+test-ts: setup-node build
+	$(NPM) run test:unit
+
+test-e2e: package
+	bash tests/e2e/run.sh
+
+bench: setup
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) node_modules dist out *.vsix .e2e
