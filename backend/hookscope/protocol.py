@@ -1,0 +1,367 @@
+"""The Hookscope wire protocol: the one source of truth for both sides.
+
+Every message is a msgpack map with a ``type`` string. Requests carry an
+``id``; the answer is a ``reply`` with ``re`` (the request id) and either
+``body`` or ``error`` ({code, message}). Events carry neither.
+
+``MESSAGES`` below defines each message type, its direction and its fields.
+``hookscope.protocol_gen`` turns it into ``extension/src/protocol/messages.gen.ts``
+and a test fails when that file is out of date, so the TypeScript mirror
+cannot drift. ``validate`` checks a decoded message against the table; both
+the agent and the extension answer a message that fails it with an error
+reply instead of acting on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+PROTOCOL_VERSION = 1
+"""Bumped on any incompatible change; ``hello`` carries it and a mismatch closes the connection."""
+
+MAX_FRAME_BYTES = 32 * 1024 * 1024
+"""Frames larger than this are refused before they are decoded."""
+
+MAX_DEPTH = 32
+"""Deepest nesting of maps/arrays a decoded message may have."""
+
+MAX_COLLECTION = 1_000_000
+"""Largest number of entries in one decoded map or array."""
+
+HELLO_DEADLINE_S = 5.0
+"""A connection that has not presented a valid ``hello`` by then is closed."""
+
+FieldType = Literal["str", "int", "float", "bool", "bin", "list", "map", "any"]
+Direction = Literal["toExtension", "toBackend", "both"]
+Kind = Literal["event", "request", "reply"]
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: FieldType
+    doc: str
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Message:
+    type: str
+    kind: Kind
+    direction: Direction
+    doc: str
+    fields: tuple[Field, ...] = field(default_factory=tuple)
+    reply: tuple[Field, ...] = field(default_factory=tuple)
+    """Fields of the reply body (requests only)."""
+
+
+def _f(name: str, type_: FieldType, doc: str, optional: bool = False) -> Field:
+    return Field(name, type_, doc, optional)
+
+
+# Error codes carried in reply.error.code.
+ERR_BAD_MESSAGE = "badMessage"
+ERR_UNKNOWN_TYPE = "unknownType"
+ERR_UNKNOWN_LAYER = "unknownLayer"
+ERR_NOT_AVAILABLE = "notAvailable"
+ERR_INTERNAL = "internal"
+ERR_TOKEN = "badToken"
+ERR_VERSION = "protocolMismatch"
+
+ERROR_CODES = (ERR_BAD_MESSAGE, ERR_UNKNOWN_TYPE, ERR_UNKNOWN_LAYER, ERR_NOT_AVAILABLE,
+               ERR_INTERNAL, ERR_TOKEN, ERR_VERSION)
+
+PHASES = ("forward_pre", "forward", "backward", "param_grad")
+"""Where a layer breakpoint can fire: before forward (inputs), after forward
+(outputs), on the module's gradients, and on each parameter's ``.grad``."""
+
+CONDITIONS = ("always", "nonfinite", "grad_norm_below", "grad_norm_above",
+              "absmax_above", "expression")
+"""Kinds of breakpoint condition (``BreakpointSpec.condition.kind``)."""
+
+INTERVENTIONS = ("zero_channels", "scale", "mean_ablate", "input_noise")
+"""Kinds of intervention (``addIntervention.kind``)."""
+
+
+MESSAGES: tuple[Message, ...] = (
+    # ---- generic -------------------------------------------------------
+    Message("reply", "reply", "both", "Answer to a request.", (
+        _f("re", "int", "id of the request answered"),
+        _f("body", "map", "the result, when it succeeded", True),
+        _f("error", "map", "{code, message} when it failed", True),
+    )),
+    # ---- backend -> extension ------------------------------------------
+    Message("hello", "event", "toExtension", "First frame of every connection.", (
+        _f("token", "str", "the session token the extension handed out"),
+        _f("protocol", "int", "PROTOCOL_VERSION of the backend"),
+        _f("pid", "int", "process id of the debuggee"),
+        _f("session", "str", "debug session id from HOOKSCOPE_SESSION", True),
+        _f("rank", "int", "distributed rank (RANK), 0 when not distributed"),
+        _f("worldSize", "int", "distributed world size (WORLD_SIZE), 1 when not distributed"),
+        _f("python", "str", "Python version"),
+        _f("torch", "str", "torch version"),
+        _f("hookscope", "str", "hookscope package version"),
+        _f("argv", "list", "the debuggee's sys.argv"),
+        _f("debugger", "bool", "whether debugpy is active in the process"),
+    )),
+    Message("modelAdded", "event", "toExtension",
+            "A model root was found; carries its whole named_modules() tree.", (
+        _f("model", "map", "ModelTree: {id, name, cls, params, modules: [ModuleInfo]}"),
+    )),
+    Message("modelRemoved", "event", "toExtension", "A model root was garbage-collected.", (
+        _f("id", "str", "model id"),
+    )),
+    Message("hit", "event", "toExtension",
+            "A layer breakpoint fired; the thread pauses right after this is sent.", (
+        _f("breakpoint", "str", "id of the breakpoint that fired ('nonfinite' for break on NaN/Inf)"),
+        _f("model", "str", "model id"),
+        _f("layer", "str", "qualified module name"),
+        _f("phase", "str", "one of PHASES"),
+        _f("reason", "str", "human-readable reason shown as the stop reason"),
+        _f("step", "int", "training step (number of backward passes seen)"),
+        _f("summaries", "list", "TensorSummary of inputs/outputs/gradients"),
+        _f("pausing", "bool", "whether the debugger will pause (false: no debugger attached)"),
+        _f("origin", "str", "for nonfinite: 'born here' or 'came in through inputs'", True),
+    )),
+    Message("summaries", "event", "toExtension",
+            "Live summaries of watched layers, at the panel's rate.", (
+        _f("model", "str", "model id"),
+        _f("layer", "str", "qualified module name"),
+        _f("phase", "str", "one of PHASES"),
+        _f("step", "int", "training step"),
+        _f("tensors", "list", "TensorSummary list"),
+    )),
+    Message("shapes", "event", "toExtension",
+            "Last output shape of each layer seen in a forward pass (sent once per model, then on change).", (
+        _f("model", "str", "model id"),
+        _f("shapes", "map", "layer name -> shape list"),
+    )),
+    Message("resumed", "event", "toExtension", "The thread paused by a hit resumed.", (
+        _f("breakpoint", "str", "id of the breakpoint"),
+        _f("layer", "str", "qualified module name"),
+    )),
+    Message("notice", "event", "toExtension",
+            "Something the user should know (a breakpoint matched nothing, a hook raised, compiled modules...).", (
+        _f("level", "str", "'info' | 'warning' | 'error'"),
+        _f("message", "str", "text for the user"),
+        _f("code", "str", "machine-readable category", True),
+    )),
+    Message("stats", "event", "toExtension", "Queue health, sent every few seconds while events are dropped.", (
+        _f("dropped", "int", "events dropped since the start because the editor was slow"),
+        _f("queued", "int", "events waiting"),
+    )),
+    # ---- extension -> backend ------------------------------------------
+    Message("ping", "request", "toBackend", "Liveness check.", (), (
+        _f("pid", "int", "process id"),
+    )),
+    Message("setBreakpoints", "request", "toBackend",
+            "Replace the whole set of layer breakpoints.", (
+        _f("breakpoints", "list", "BreakpointSpec list"),
+    ), (
+        _f("resolved", "list", "[{id, layers: [qualified names], error?}]"),
+    )),
+    Message("setBreakOnNonFinite", "request", "toBackend",
+            "Break at the first layer that produces NaN/Inf (forward or backward).", (
+        _f("enabled", "bool", "on or off"),
+    ), (
+        _f("enabled", "bool", "the state now"),
+    )),
+    Message("watch", "request", "toBackend",
+            "Stream summaries of these layers (empty list: stop).", (
+        _f("layers", "list", "qualified names"),
+        _f("model", "str", "model id; default the first model", True),
+        _f("rateHz", "float", "most updates per second per layer", True),
+    ), (
+        _f("layers", "list", "names now watched"),
+    )),
+    Message("getSummaries", "request", "toBackend",
+            "Last summaries of a layer and its parameters' gradients.", (
+        _f("layer", "str", "qualified module name"),
+        _f("model", "str", "model id; default the first model", True),
+    ), (
+        _f("layer", "str", "qualified module name"),
+        _f("tensors", "list", "TensorSummary list (inputs, outputs, gradients, parameter grads)"),
+        _f("step", "int", "step they were taken at"),
+    )),
+    Message("getParamGrads", "request", "toBackend",
+            "Summaries of every parameter's .grad of a model.", (
+        _f("model", "str", "model id; default the first model", True),
+    ), (
+        _f("params", "list", "[{name, shape, norm, mean, absmax, nan, inf}]"),
+    )),
+    Message("listHooks", "request", "toBackend",
+            "Every hook on the watched models, Hookscope's and the user's.", (
+        _f("model", "str", "model id; default all", True),
+    ), (
+        _f("hooks", "list", "[{module, kind, owner, function, file, line}]"),
+        _f("leaks", "list", "[{module, kind, function, counts}] hooks whose count keeps growing"),
+    )),
+    Message("removeHooks", "request", "toBackend", "Remove every Hookscope hook now.", (), (
+        _f("removed", "int", "number of hooks removed"),
+    )),
+    Message("render", "request", "toBackend",
+            "Render an image of a layer's tensors (feature map, attention, Grad-CAM, gradient flow, histogram).", (
+        _f("view", "str", "'featureMap' | 'attention' | 'gradCam' | 'gradientFlow' | 'histogram' | 'tensor'"),
+        _f("layer", "str", "qualified module name", True),
+        _f("model", "str", "model id", True),
+        _f("options", "map", "view-specific options (channel page, batch item, colormap, target class...)", True),
+    ), (
+        _f("png", "bin", "the PNG bytes"),
+        _f("width", "int", "pixels"),
+        _f("height", "int", "pixels"),
+        _f("meta", "map", "what the image shows: value range, channel order, NaN/Inf counts..."),
+    )),
+    Message("addIntervention", "request", "toBackend",
+            "Change a layer's activations without editing code.", (
+        _f("layer", "str", "qualified module name"),
+        _f("kind", "str", "one of INTERVENTIONS"),
+        _f("model", "str", "model id", True),
+        _f("channels", "list", "channel (or head) indices for zero_channels", True),
+        _f("value", "float", "scale factor or noise std", True),
+    ), (
+        _f("id", "str", "intervention id"),
+    )),
+    Message("removeIntervention", "request", "toBackend",
+            "Remove one intervention, or all when id is absent.", (
+        _f("id", "str", "intervention id", True),
+    ), (
+        _f("removed", "int", "number removed"),
+    )),
+    Message("listInterventions", "request", "toBackend", "Active interventions.", (), (
+        _f("interventions", "list", "[{id, layer, kind, channels?, value?}]"),
+    )),
+    Message("inspectValue", "request", "toBackend",
+            "Summarize (and optionally render) a tensor the debugger names by expression in a paused frame.", (
+        _f("expression", "str", "expression evaluated in the paused hit frame"),
+        _f("options", "map", "render options (axes, slice indices)", True),
+    ), (
+        _f("summary", "map", "TensorSummary"),
+        _f("png", "bin", "an image of the selected 2-D slice", True),
+    )),
+    Message("bye", "event", "toBackend", "The editor is going away: remove all hooks and resume."),
+)
+
+
+@dataclass(frozen=True)
+class Struct:
+    """A map shape used inside messages (mirrored as a TypeScript interface)."""
+    name: str
+    doc: str
+    fields: tuple[Field, ...]
+
+
+STRUCTS: tuple[Struct, ...] = (
+    Struct("ModuleInfo", "One entry of a model's named_modules().", (
+        _f("name", "str", "qualified name ('' for the root)"),
+        _f("cls", "str", "class name"),
+        _f("params", "int", "parameters owned directly (not recursively)"),
+        _f("totalParams", "int", "parameters including submodules"),
+        _f("file", "str", "source file of the line that created it in its parent", True),
+        _f("line", "int", "1-based line of that creation", True),
+        _f("leaf", "bool", "has no submodules"),
+        _f("compiled", "bool", "inside a torch.compile'd module: hooks may not fire", True),
+    )),
+    Struct("ModelTree", "A model root and its modules.", (
+        _f("id", "str", "stable id within the process"),
+        _f("name", "str", "variable name or class name"),
+        _f("cls", "str", "class name of the root"),
+        _f("params", "int", "total parameters"),
+        _f("modules", "list", "ModuleInfo list, in named_modules() order"),
+    )),
+    Struct("TensorSummary", "Statistics of one tensor, computed on its device.", (
+        _f("path", "str", "where it sits: 'output', 'inputs[0]', 'grad_output[0]', 'weight.grad'..."),
+        _f("shape", "list", "sizes"),
+        _f("dtype", "str", "e.g. 'float32'"),
+        _f("device", "str", "e.g. 'cpu', 'cuda:0'"),
+        _f("numel", "int", "number of elements"),
+        _f("mean", "float", "mean of the finite values", True),
+        _f("std", "float", "standard deviation of the finite values", True),
+        _f("min", "float", "smallest finite value", True),
+        _f("max", "float", "largest finite value", True),
+        _f("absmax", "float", "largest finite absolute value", True),
+        _f("norm", "float", "L2 norm of the finite values", True),
+        _f("nan", "int", "NaN count"),
+        _f("posinf", "int", "+Inf count"),
+        _f("neginf", "int", "-Inf count"),
+        _f("zeroFrac", "float", "fraction of exact zeros", True),
+        _f("hist", "map", "{lo, hi, counts: list[int]} over the finite values", True),
+        _f("note", "str", "why stats are missing (sparse, quantized, meta, not a tensor...)", True),
+        _f("sampled", "bool", "stats come from an on-device sample of a huge tensor", True),
+    )),
+    Struct("BreakpointSpec", "A layer breakpoint as the editor sends it.", (
+        _f("id", "str", "editor-side id"),
+        _f("layer", "str", "qualified name or glob ('layer*.conv1')", True),
+        _f("cls", "str", "class name ('Conv2d')", True),
+        _f("file", "str", "source file of a definition or call site", True),
+        _f("line", "int", "1-based line in that file", True),
+        _f("phases", "list", "subset of PHASES"),
+        _f("condition", "map", "{kind: one of CONDITIONS, threshold?, expression?}", True),
+        _f("hitCount", "int", "pause on the Nth hit only", True),
+        _f("every", "int", "pause on every Nth hit", True),
+        _f("enabled", "bool", "disabled breakpoints keep their place but install no hook", True),
+        _f("action", "str", "without a debugger: 'log' | 'raise' (default log)", True),
+    )),
+)
+
+MESSAGES_BY_TYPE: dict[str, Message] = {m.type: m for m in MESSAGES}
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "bin": (bytes, bytearray, memoryview),
+    "list": (list, tuple),
+    "map": (dict,),
+}
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the protocol; ``code`` goes into the error reply."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _check_type(value: Any, type_: FieldType) -> bool:
+    if type_ == "any":
+        return True
+    if type_ in ("int", "float") and isinstance(value, bool):
+        return False
+    return isinstance(value, _PY_TYPES[type_])
+
+
+def validate(msg: Any) -> Message:
+    """Check a decoded message against ``MESSAGES``; return its definition or raise ProtocolError."""
+    if not isinstance(msg, dict):
+        raise ProtocolError(ERR_BAD_MESSAGE, f"a message must be a map, got {type(msg).__name__}")
+    mtype = msg.get("type")
+    if not isinstance(mtype, str):
+        raise ProtocolError(ERR_BAD_MESSAGE, "a message needs a string 'type'")
+    definition = MESSAGES_BY_TYPE.get(mtype)
+    if definition is None:
+        raise ProtocolError(ERR_UNKNOWN_TYPE, f"unknown message type {mtype[:64]!r}")
+    if definition.kind == "request" and not _check_type(msg.get("id"), "int"):
+        raise ProtocolError(ERR_BAD_MESSAGE, f"request {mtype!r} needs an integer 'id'")
+    for f in definition.fields:
+        if f.name not in msg or msg[f.name] is None:
+            if f.optional:
+                continue
+            raise ProtocolError(ERR_BAD_MESSAGE, f"{mtype}: missing field {f.name!r} ({f.type})")
+        if not _check_type(msg[f.name], f.type):
+            raise ProtocolError(
+                ERR_BAD_MESSAGE,
+                f"{mtype}: field {f.name!r} must be {f.type}, got {type(msg[f.name]).__name__}")
+    return definition
+
+
+def reply(re: int, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A successful reply to request ``re``."""
+    return {"type": "reply", "re": re, "body": body or {}}
+
+
+def error_reply(re: int, code: str, message: str) -> dict[str, Any]:
+    """A failed reply to request ``re`` (re is -1 when the request had no usable id)."""
+    return {"type": "reply", "re": re, "error": {"code": code, "message": message}}
