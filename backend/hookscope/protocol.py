@@ -223,8 +223,9 @@ MESSAGES: tuple[Message, ...] = (
         _f("id", "str", "intervention id"),
     )),
     Message("removeIntervention", "request", "toBackend",
-            "Remove one intervention, or all when id is absent.", (
-        _f("id", "str", "intervention id", True),
+            "Remove one intervention, or all when 'intervention' is absent.", (
+        # Not named 'id': that field is the request id (an int) on every request.
+        _f("intervention", "str", "intervention id (from addIntervention's reply)", True),
     ), (
         _f("removed", "int", "number removed"),
     )),

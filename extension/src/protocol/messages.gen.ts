@@ -412,12 +412,12 @@ export interface AddInterventionResult {
   id: string;
 }
 
-/** Remove one intervention, or all when id is absent. */
+/** Remove one intervention, or all when 'intervention' is absent. */
 export interface RemoveInterventionRequest {
   type: 'removeIntervention';
   id: number;
-  /** intervention id */
-  id?: string;
+  /** intervention id (from addIntervention's reply) */
+  intervention?: string;
 }
 
 /** Reply body of removeIntervention. */
@@ -506,7 +506,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   removeHooks: { kind: 'request', direction: 'toBackend', fields: [] },
   render: { kind: 'request', direction: 'toBackend', fields: [{ name: 'view', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: true }, { name: 'model', type: 'str', optional: true }, { name: 'options', type: 'map', optional: true }] },
   addIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layer', type: 'str', optional: false }, { name: 'kind', type: 'str', optional: false }, { name: 'model', type: 'str', optional: true }, { name: 'channels', type: 'list', optional: true }, { name: 'value', type: 'float', optional: true }] },
-  removeIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'id', type: 'str', optional: true }] },
+  removeIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'intervention', type: 'str', optional: true }] },
   listInterventions: { kind: 'request', direction: 'toBackend', fields: [] },
   inspectValue: { kind: 'request', direction: 'toBackend', fields: [{ name: 'expression', type: 'str', optional: false }, { name: 'options', type: 'map', optional: true }] },
   bye: { kind: 'event', direction: 'toBackend', fields: [] },
