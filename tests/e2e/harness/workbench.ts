@@ -1,0 +1,193 @@
+// Drives the VS Code workbench the way a user does — the command palette and
+// quick open by keyboard, Ctrl+G, clicks — and reads what it shows: status bar,
+// notifications, tree rows, debug views and webviews (nested iframes). Every
+// step can be screenshotted into the test's artifact folder.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { Frame, Locator, Page } from 'playwright-core';
+import { waitFor, type WaitOptions } from './wait.ts';
+
+export class Workbench {
+  private step = 0;
+
+  constructor(
+    readonly page: Page,
+    readonly artifactsDir: string,
+  ) {
+    fs.mkdirSync(artifactsDir, { recursive: true });
+  }
+
+  /** Saves `NN-<name>.png` in the test's artifact folder and returns its path. */
+  async screenshot(name: string): Promise<string> {
+    this.step += 1;
+    const file = path.join(this.artifactsDir, `${String(this.step).padStart(2, '0')}-${name.replace(/[^\w.-]+/g, '-')}.png`);
+    await this.page.screenshot({ path: file });
+    return file;
+  }
+
+  /** Opens the workbench on `folder` and waits until the workbench and its status bar are shown. */
+  async open(baseUrl: string, folder: string): Promise<void> {
+    await this.page.goto(`${baseUrl}/?folder=${encodeURIComponent(folder)}`);
+    await this.page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+    await this.page.locator('#workbench\\.parts\\.statusbar').waitFor({ timeout: 60_000 });
+    // The explorer shows the folder once the remote file system answered.
+    await this.page.locator('.explorer-folders-view .monaco-list-row').first().waitFor({ timeout: 60_000 });
+  }
+
+  // --- keyboard: palette, quick open, go to line -----------------------------------------------
+
+  private quickInput(): Locator {
+    return this.page.locator('.quick-input-widget');
+  }
+
+  private async openQuickInput(): Promise<Locator> {
+    await this.page.keyboard.press('F1');
+    const input = this.quickInput().locator('input.input');
+    await input.waitFor({ state: 'visible', timeout: 15_000 });
+    return input;
+  }
+
+  /** F1, type the command's title, wait until the focused entry is that command, Enter. */
+  async runCommand(title: string, options: WaitOptions = {}): Promise<void> {
+    const input = await this.openQuickInput();
+    await input.fill(`>${title}`);
+    await this.waitForFocusedQuickPick(title, options);
+    await this.page.keyboard.press('Enter');
+  }
+
+  /** Waits until the focused quick-pick row's label is exactly `label` (case-insensitive). */
+  async waitForFocusedQuickPick(label: string, { timeoutMs = 20_000 }: WaitOptions = {}): Promise<void> {
+    const wanted = label.toLowerCase();
+    await waitFor(`quick pick entry "${label}" focused`, async () => {
+      const focused = this.quickInput().locator('.monaco-list-row.focused .label-name').first();
+      if ((await focused.count()) === 0) return false;
+      const text = (await focused.innerText()).replace(/\s+/g, ' ').trim().toLowerCase();
+      return text === wanted || text.endsWith(`: ${wanted}`) || wanted.endsWith(text);
+    }, { timeoutMs });
+  }
+
+  /** In an open quick pick (e.g. one an extension shows), type to filter and pick `label`. */
+  async pickQuickPickItem(label: string): Promise<void> {
+    const input = this.quickInput().locator('input.input');
+    await input.waitFor({ state: 'visible', timeout: 15_000 });
+    await input.fill(label);
+    await this.waitForFocusedQuickPick(label);
+    await this.page.keyboard.press('Enter');
+  }
+
+  /** Quick open (the palette without '>'): opens `relativePath` and waits for its tab to be active. */
+  async openFile(relativePath: string): Promise<void> {
+    const input = await this.openQuickInput();
+    await input.fill(relativePath);
+    const base = path.basename(relativePath);
+    await waitFor(`quick open to offer ${relativePath}`, async () => {
+      const focused = this.quickInput().locator('.monaco-list-row.focused .label-name').first();
+      return (await focused.count()) > 0 && (await focused.innerText()).trim() === base;
+    }, { timeoutMs: 20_000 });
+    await this.page.keyboard.press('Enter');
+    await this.page.locator(`.tabs-container .tab.active[aria-label^="${base}"]`).waitFor({ timeout: 20_000 });
+    await this.page.locator('.monaco-editor.focused, .editor-instance .monaco-editor').first().waitFor({ timeout: 20_000 });
+  }
+
+  /** Ctrl+G, the line number, Enter; waits until the status bar says the cursor is on that line. */
+  async goToLine(line: number): Promise<void> {
+    await this.focusEditor();
+    await this.page.keyboard.press('Control+G');
+    const input = this.quickInput().locator('input.input');
+    await input.waitFor({ state: 'visible', timeout: 15_000 });
+    await input.fill(`:${line}`);
+    await this.page.keyboard.press('Enter');
+    await waitFor(`cursor on line ${line}`, async () => (await this.cursorLine()) === line, { timeoutMs: 10_000 });
+  }
+
+  async focusEditor(): Promise<void> {
+    await this.page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click({ position: { x: 400, y: 5 } }).catch(async () => {
+      await this.runCommand('View: Focus Active Editor Group');
+    });
+  }
+
+  /** The cursor's line from the status bar ("Ln 12, Col 5"). */
+  async cursorLine(): Promise<number | undefined> {
+    const item = this.page.locator('[id="status.editor.selection"]');
+    if ((await item.count()) === 0) return undefined;
+    const match = /Ln (\d+)/.exec(await item.innerText());
+    return match ? Number(match[1]) : undefined;
+  }
+
+  /** Line number of the first line whose text matches `pattern` in `file` (1-based), read from disk. */
+  static lineOf(file: string, pattern: RegExp | string): number {
+    const lines = fs.readFileSync(file, 'utf8').split('\n');
+    const index = lines.findIndex((l) => (typeof pattern === 'string' ? l.includes(pattern) : pattern.test(l)));
+    if (index < 0) throw new Error(`no line matching ${pattern} in ${file}`);
+    return index + 1;
+  }
+
+  // --- what the workbench shows --------------------------------------------------------------------
+
+  /** Text of every status bar item. */
+  async statusBarTexts(): Promise<string[]> {
+    return this.page.locator('#workbench\\.parts\\.statusbar .statusbar-item').evaluateAll((items) =>
+      items.map((i) => `${(i as HTMLElement).innerText} ${i.getAttribute('aria-label') ?? ''}`.replace(/\s+/g, ' ').trim()),
+    );
+  }
+
+  async waitForStatusBar(description: string, pattern: RegExp, options: WaitOptions = {}): Promise<string> {
+    return waitFor(`status bar: ${description}`, async () => (await this.statusBarTexts()).find((t) => pattern.test(t)), { timeoutMs: 60_000, ...options });
+  }
+
+  /** Messages of the notification toasts on screen. */
+  async notifications(): Promise<string[]> {
+    return this.page.locator('.notifications-toasts .notification-list-item').evaluateAll((items) =>
+      items.map((i) => (i as HTMLElement).innerText.replace(/\s+/g, ' ').trim()),
+    );
+  }
+
+  async waitForNotification(pattern: RegExp, options: WaitOptions = {}): Promise<Locator> {
+    await waitFor(`a notification matching ${pattern}`, async () => (await this.notifications()).some((t) => pattern.test(t)), { timeoutMs: 60_000, ...options });
+    return this.page.locator('.notifications-toasts .notification-list-item').filter({ hasText: pattern }).first();
+  }
+
+  /** Rows (text) of the tree inside the view whose pane header is titled `viewTitle`. */
+  async treeRows(viewTitle: string): Promise<string[]> {
+    const pane = this.viewPane(viewTitle);
+    return pane.locator('.monaco-list-row').evaluateAll((rows) =>
+      rows.map((r) => `${(r as HTMLElement).innerText} ${r.getAttribute('aria-label') ?? ''}`.replace(/\s+/g, ' ').trim()),
+    );
+  }
+
+  /** The pane (view) with this title in any sidebar or panel. */
+  viewPane(viewTitle: string): Locator {
+    return this.page.locator('.pane').filter({ has: this.page.locator('.pane-header', { hasText: new RegExp(`^\\s*${escapeRegExp(viewTitle)}`, 'i') }) }).first();
+  }
+
+  /** Expands a collapsed view pane by clicking its header. */
+  async expandView(viewTitle: string): Promise<void> {
+    const header = this.viewPane(viewTitle).locator('.pane-header').first();
+    await header.waitFor({ timeout: 30_000 });
+    if ((await header.getAttribute('aria-expanded')) === 'false') await header.click();
+  }
+
+  // --- webviews --------------------------------------------------------------------------------------
+
+  /**
+   * The innermost frame of a webview that contains `selector` (webviews are an
+   * iframe holding another iframe with the extension's HTML).
+   */
+  async webviewFrame(selector: string, options: WaitOptions = {}): Promise<Frame> {
+    return waitFor(`a webview frame containing ${selector}`, async () => {
+      for (const frame of this.page.frames()) {
+        if (frame === this.page.mainFrame()) continue;
+        try {
+          if ((await frame.locator(selector).count()) > 0) return frame;
+        } catch {
+          /* frame navigated or detached while we looked */
+        }
+      }
+      return undefined;
+    }, { timeoutMs: 30_000, ...options });
+  }
+}
+
+export function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
