@@ -1,0 +1,5 @@
+"""``python -m hookscope.lsp``: the language server over stdio."""
+
+from .server import main
+
+main()

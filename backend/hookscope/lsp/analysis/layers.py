@@ -1,0 +1,349 @@
+"""Finds layer definitions and layer call sites in a parsed file.
+
+A layer is a constructor call of a ``torch.nn`` class or of an ``nn.Module``
+subclass from the same file, found where it becomes part of a model:
+``self.x = ...`` (or ``self.add_module('x', ...)``) in a method of a module
+class, an entry of ``nn.Sequential`` / ``nn.ModuleList`` / ``nn.ModuleDict``
+(recursively), or a variable assigned outside module classes
+(``model = nn.Sequential(...)``). Call sites are ``self.x(...)`` inside the
+methods of the class that owns ``x`` (or a subclass of it in the file).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from .model import DefinitionKind, LayerCall, LayerDefinition, ModuleClass
+from .source import Positions, Span
+from .torch_names import CONTAINERS, EXTERNAL_MODULE_BASES, TorchNames
+
+MAX_CONSTRUCTOR_TEXT = 120
+"""Longer constructor texts are shortened in hovers."""
+
+
+def find_module_classes(tree: ast.Module, names: TorchNames) -> dict[str, ModuleClass]:
+    """Every class deriving (in this file, transitively) from ``nn.Module``."""
+    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    found: dict[str, ModuleClass] = {}
+    changed = True
+    while changed:  # a fixed point: a base may be defined after its subclass
+        changed = False
+        for node in classes:
+            if node.name in found:
+                continue
+            local_bases = [b.id for b in node.bases if isinstance(b, ast.Name) and b.id in found]
+            if local_bases or any(_is_torch_module_base(b, names) for b in node.bases):
+                found[node.name] = ModuleClass(node.name, node, local_bases)
+                changed = True
+    return found
+
+
+def _is_torch_module_base(base: ast.expr, names: TorchNames) -> bool:
+    if names.nn_class(base) is not None:
+        return True
+    name = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else None
+    return name in EXTERNAL_MODULE_BASES
+
+
+class LayerFinder:
+    """Collects layer definitions and call sites of one file."""
+
+    def __init__(
+        self, tree: ast.Module, names: TorchNames, classes: dict[str, ModuleClass], positions: Positions
+    ) -> None:
+        self.tree = tree
+        self.names = names
+        self.classes = classes
+        self.positions = positions
+        self.definitions: list[LayerDefinition] = []
+        self.calls: list[LayerCall] = []
+
+    def run(self) -> None:
+        class_nodes = {id(c.node) for c in self.classes.values()}
+        for module_class in self.classes.values():
+            for method in _methods(module_class.node):
+                self._scan_method(module_class, method)
+        self._scan_variables(self.tree, class_nodes)
+        for module_class in self.classes.values():
+            for method in _methods(module_class.node):
+                self._scan_calls(module_class, method)
+        self.definitions.sort(key=lambda d: (d.call_span.start_line, d.call_span.start_col))
+        self.calls.sort(key=lambda c: (c.attribute_span.start_line, c.attribute_span.start_col))
+
+    # -- what a constructor is ------------------------------------------------
+
+    def layer_class(self, node: ast.expr) -> tuple[str, bool] | None:
+        """(class name, user-defined) if ``node`` constructs a layer."""
+        if not isinstance(node, ast.Call):
+            return None
+        nn_name = self.names.nn_class(node.func)
+        if nn_name is not None:
+            return nn_name, False
+        if isinstance(node.func, ast.Name) and node.func.id in self.classes:
+            return node.func.id, True
+        return None
+
+    # -- definitions -------------------------------------------------------------
+
+    def _scan_method(self, owner: ModuleClass, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self_name = _first_param(method)
+        if self_name is None:
+            return
+        local_constructors: dict[str, ast.Call] = {}
+        for statement in _walk_statements(method.body):
+            target, value = _single_assignment(statement)
+            if target is None or value is None:
+                if isinstance(statement, ast.Expr):
+                    self._scan_add_module(owner, self_name, statement.value)
+                continue
+            if isinstance(target, ast.Name) and isinstance(value, ast.Call) and self.layer_class(value):
+                local_constructors[target.id] = value
+                continue
+            if not (isinstance(target, ast.Attribute) and _is_name(target.value, self_name)):
+                continue
+            if isinstance(value, ast.Name) and value.id in local_constructors:
+                value = local_constructors[value.id]
+            if isinstance(value, ast.Call):
+                name_span = self.positions.span(target)
+                attr_span = _attribute_name_span(name_span, target.attr)
+                self._add(owner, target.attr, target.attr, value, "attribute", attr_span, top_level=True)
+
+    def _scan_add_module(self, owner: ModuleClass, self_name: str, expr: ast.expr) -> None:
+        if not (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr in ("add_module", "register_module")
+            and _is_name(expr.func.value, self_name)
+            and len(expr.args) == 2
+        ):
+            return
+        key, value = expr.args
+        if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Call):
+            self._add(owner, key.value, key.value, value, "add_module", self.positions.span(key), top_level=True)
+
+    def _scan_variables(self, tree: ast.Module, class_nodes: set[int]) -> None:
+        """``model = nn.Sequential(...)`` outside module classes."""
+        for statement in _walk_outside_classes(tree.body, class_nodes):
+            target, value = _single_assignment(statement)
+            if isinstance(target, ast.Name) and isinstance(value, ast.Call):
+                span = self.positions.span(target)
+                self._add(None, "", target.id, value, "variable", span, top_level=False)
+
+    def _add(
+        self,
+        owner: ModuleClass | None,
+        path: str,
+        display: str,
+        call: ast.Call,
+        kind: DefinitionKind,
+        name_span: Span,
+        *,
+        top_level: bool,
+    ) -> None:
+        found = self.layer_class(call)
+        if found is None:
+            return
+        cls, user_defined = found
+        definition = LayerDefinition(
+            path=path,
+            display_name=display,
+            cls=cls,
+            user_defined=user_defined,
+            owner=owner.name if owner else None,
+            kind=kind,
+            call_span=self.positions.span(call),
+            name_span=name_span,
+            constructor_text=_shorten(self.positions.text(call)),
+            inplace=_has_true_keyword(call, "inplace"),
+            call_node=call,
+        )
+        self.definitions.append(definition)
+        if owner is not None and top_level:
+            owner.layers.setdefault(path, definition)
+        if not user_defined and cls in CONTAINERS:
+            for entry_path, entry_display, entry_kind, entry in self._container_entries(cls, call, path, display):
+                self._add(owner, entry_path, entry_display, entry, entry_kind, self._class_name_span(entry), top_level=False)
+
+    def _class_name_span(self, call: ast.Call) -> Span:
+        func = call.func
+        span = self.positions.span(func)
+        if isinstance(func, ast.Attribute):
+            return _attribute_name_span(span, func.attr)
+        return span
+
+    def _container_entries(
+        self, cls: str, call: ast.Call, path: str, display: str
+    ) -> Iterator[tuple[str, str, DefinitionKind, ast.Call]]:
+        def child(key: str) -> tuple[str, str]:
+            child_path = f"{path}.{key}" if path else key
+            return child_path, f"{display}[{key!r}]" if not key.isdigit() and key != "*" else f"{display}[{key}]"
+
+        if cls == "Sequential":
+            if len(call.args) == 1 and _is_ordered_dict(call.args[0]):
+                yield from self._pair_entries(call.args[0].args[0] if call.args[0].args else None, child)  # type: ignore[attr-defined]
+                return
+            for index, argument in enumerate(call.args):
+                if isinstance(argument, ast.Starred):
+                    return
+                if isinstance(argument, ast.Call):
+                    yield (*child(str(index)), "sequential-entry", argument)
+        elif cls == "ModuleList" and call.args:
+            items = call.args[0]
+            if isinstance(items, (ast.List, ast.Tuple)):
+                for index, element in enumerate(items.elts):
+                    if isinstance(element, ast.Starred):
+                        return
+                    if isinstance(element, ast.Call):
+                        yield (*child(str(index)), "list-entry", element)
+            elif isinstance(items, (ast.ListComp, ast.GeneratorExp)) and isinstance(items.elt, ast.Call):
+                yield (*child("*"), "list-entry", items.elt)
+        elif cls == "ModuleDict" and call.args:
+            items = call.args[0]
+            if isinstance(items, ast.Dict):
+                for key, value in zip(items.keys, items.values):
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Call):
+                        yield (*child(key.value), "dict-entry", value)
+            else:
+                yield from self._pair_entries(items, child)
+
+    def _pair_entries(self, items: ast.expr | None, child) -> Iterator[tuple[str, str, DefinitionKind, ast.Call]]:
+        """``[('conv', nn.Conv2d(...)), ...]`` as given to OrderedDict/ModuleDict."""
+        if not isinstance(items, (ast.List, ast.Tuple)):
+            return
+        for element in items.elts:
+            if (
+                isinstance(element, ast.Tuple)
+                and len(element.elts) == 2
+                and isinstance(element.elts[0], ast.Constant)
+                and isinstance(element.elts[0].value, str)
+                and isinstance(element.elts[1], ast.Call)
+            ):
+                yield (*child(element.elts[0].value), "dict-entry", element.elts[1])
+
+    # -- call sites -----------------------------------------------------------------
+
+    def attribute_layers(self, module_class: ModuleClass) -> dict[str, LayerDefinition]:
+        """Layers of a class including those inherited from module classes in the file."""
+        merged: dict[str, LayerDefinition] = {}
+        seen: set[str] = set()
+        stack = [module_class]
+        while stack:
+            current = stack.pop()
+            if current.name in seen:
+                continue
+            seen.add(current.name)
+            for name, definition in current.layers.items():
+                merged.setdefault(name, definition)
+            stack.extend(self.classes[b] for b in current.bases if b in self.classes)
+        return merged
+
+    def _scan_calls(self, module_class: ModuleClass, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self_name = _first_param(method)
+        if self_name is None:
+            return
+        layers = self.attribute_layers(module_class)
+        if not layers:
+            return
+        for node in _walk_function(method):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and _is_name(node.func.value, self_name)
+                and node.func.attr in layers
+            ):
+                self.calls.append(
+                    LayerCall(
+                        layer=layers[node.func.attr],
+                        attribute_span=self.positions.span(node.func),
+                        call_span=self.positions.span(node),
+                        call_node=node,
+                        method=method.name,
+                    )
+                )
+
+
+# -- small AST helpers -------------------------------------------------------------
+
+
+def _methods(node: ast.ClassDef) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield statement
+
+
+def _first_param(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    params = function.args.posonlyargs + function.args.args
+    return params[0].arg if params else None
+
+
+def _is_name(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _single_assignment(statement: ast.stmt) -> tuple[ast.expr | None, ast.expr | None]:
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        return statement.targets[0], statement.value
+    if isinstance(statement, ast.AnnAssign) and statement.value is not None:
+        return statement.target, statement.value
+    return None, None
+
+
+def _walk_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Statements of a function body, entering if/for/with/try but not nested defs."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            yield from _walk_statements(getattr(statement, name, []) or [])
+        for handler in getattr(statement, "handlers", []) or []:
+            yield from _walk_statements(handler.body)
+        for case in getattr(statement, "cases", []) or []:
+            yield from _walk_statements(case.body)
+
+
+def _walk_outside_classes(body: list[ast.stmt], class_nodes: set[int]) -> Iterator[ast.stmt]:
+    """Statements at module level and inside functions, skipping module classes."""
+    for statement in body:
+        if id(statement) in class_nodes:
+            continue
+        yield statement
+        if isinstance(statement, ast.ClassDef):
+            for inner in statement.body:
+                if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield from _walk_outside_classes(inner.body, class_nodes)
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            yield from _walk_outside_classes(getattr(statement, name, []) or [], class_nodes)
+        for handler in getattr(statement, "handlers", []) or []:
+            yield from _walk_outside_classes(handler.body, class_nodes)
+
+
+def _walk_function(function: ast.AST) -> Iterator[ast.AST]:
+    """All nodes of a function, nested functions included (closures call layers too)."""
+    return ast.walk(function)
+
+
+def _attribute_name_span(expr_span: Span, attr: str) -> Span:
+    """The span of ``attr`` at the end of an attribute expression ``a.b.attr``."""
+    return Span(expr_span.end_line, max(expr_span.end_col - len(attr), 0), expr_span.end_line, expr_span.end_col)
+
+
+def _has_true_keyword(call: ast.Call, keyword: str) -> bool:
+    return any(
+        k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords
+    )
+
+
+def _is_ordered_dict(node: ast.expr) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name == "OrderedDict"
+
+
+def _shorten(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= MAX_CONSTRUCTOR_TEXT else flat[: MAX_CONSTRUCTOR_TEXT - 1] + "…"

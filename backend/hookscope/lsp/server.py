@@ -1,0 +1,260 @@
+"""The Hookscope language server (pygls): lenses, diagnostics, quick fixes, hovers.
+
+Run as ``python -m hookscope.lsp`` (stdio). It reads source with ``ast`` and
+never imports torch. Feature handlers are thin: the work is in
+``analysis/``, ``diagnostics/``, ``lenses.py``, ``hovers.py`` and ``live.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import attrs
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.uris import from_fs_path, to_fs_path
+
+from .. import __version__
+from .config import DiagnosticSettings
+from .diagnostics import RULES, Finding, Severity
+from .documents import DocumentCache, DocumentState, RangeConverter
+from .hovers import build_hover
+from .lenses import build_lenses
+from .live import LiveStore, parse_payload
+
+log = logging.getLogger(__name__)
+
+LIVE_SUMMARIES = "hookscope/liveSummaries"
+SOURCE = "hookscope"
+DIAGNOSTICS_DELAY_S = 0.15
+"""Wait this long after the last edit before re-checking (typing stays smooth)."""
+
+LSP_SEVERITY = {
+    Severity.ERROR: types.DiagnosticSeverity.Error,
+    Severity.WARNING: types.DiagnosticSeverity.Warning,
+    Severity.INFORMATION: types.DiagnosticSeverity.Information,
+    Severity.HINT: types.DiagnosticSeverity.Hint,
+}
+
+
+@attrs.define
+class RawNotification:
+    """A notification whose params stay a plain dict.
+
+    pygls turns unknown notifications' params into namedtuples, which renames
+    keys that are not identifiers (``features.0``): layer names must survive.
+    """
+
+    method: str
+    jsonrpc: str
+    params: Any = None
+
+
+class HookscopeProtocol(LanguageServerProtocol):
+    def get_message_type(self, method: str) -> type[Any] | None:
+        if method == LIVE_SUMMARIES:
+            return RawNotification
+        return super().get_message_type(method)
+
+
+class HookscopeLanguageServer(LanguageServer):
+    """Server state: document cache, diagnostic settings, live summaries."""
+
+    def __init__(self) -> None:
+        super().__init__("hookscope", __version__, protocol_cls=HookscopeProtocol)
+        self.documents = DocumentCache()
+        self.settings = DiagnosticSettings()
+        self.live = LiveStore()
+        self.docs_url: str | None = default_docs_url()
+        self.diagnostics_delay_s = DIAGNOSTICS_DELAY_S
+        self._pending: dict[str, asyncio.TimerHandle] = {}
+
+    # -- documents ---------------------------------------------------------------
+
+    def state(self, uri: str) -> DocumentState:
+        document = self.workspace.get_text_document(uri)
+        return self.documents.get(uri, document.path, document.version, document.source)
+
+    def converter(self, state: DocumentState) -> RangeConverter:
+        return RangeConverter(self.workspace.position_codec, state.analysis.positions.lines)
+
+    # -- diagnostics -------------------------------------------------------------
+
+    def schedule_diagnostics(self, uri: str, delay_s: float) -> None:
+        pending = self._pending.pop(uri, None)
+        if pending is not None:
+            pending.cancel()
+        if delay_s <= 0:
+            self.publish_diagnostics(uri)
+            return
+        self._pending[uri] = asyncio.get_running_loop().call_later(delay_s, self.publish_diagnostics, uri)
+
+    def publish_diagnostics(self, uri: str) -> None:
+        self._pending.pop(uri, None)
+        try:
+            document = self.workspace.get_text_document(uri)
+            state = self.state(uri)
+            diagnostics = [] if state.stale else self.to_diagnostics(state)
+            self.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=uri, version=document.version, diagnostics=diagnostics)
+            )
+        except Exception:  # never let one document take the server down
+            log.exception("diagnostics failed for %s", uri)
+
+    def to_diagnostics(self, state: DocumentState) -> list[types.Diagnostic]:
+        converter = self.converter(state)
+        diagnostics = []
+        for finding in state.findings:
+            severity = self.severity_of(finding)
+            if severity is None:
+                continue
+            rule = RULES[finding.code]
+            diagnostics.append(
+                types.Diagnostic(
+                    range=converter.range(finding.span),
+                    message=finding.message,
+                    severity=LSP_SEVERITY[severity],
+                    code=finding.code,
+                    code_description=types.CodeDescription(href=f"{self.docs_url}#{rule.anchor}") if self.docs_url else None,
+                    source=SOURCE,
+                    tags=[types.DiagnosticTag.Deprecated] if finding.deprecated else None,
+                    data={"rule": rule.name, "fixable": finding.fix is not None},
+                )
+            )
+        return diagnostics
+
+    def severity_of(self, finding: Finding) -> Severity | None:
+        severity = self.settings.severity(finding.code)
+        if severity is not None and finding.escalated:
+            severity = severity.raised()
+        return severity
+
+    def apply_settings(self, raw: Any) -> None:
+        self.settings = DiagnosticSettings.from_settings(raw)
+        for problem in self.settings.problems:
+            self.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=f"hookscope.diagnostics: {problem}"))
+
+    # -- live summaries ---------------------------------------------------------------
+
+    def refresh_lenses(self) -> None:
+        capabilities = self.client_capabilities.workspace
+        code_lens = capabilities.code_lens if capabilities else None
+        if code_lens is not None and code_lens.refresh_support:
+            self.workspace_code_lens_refresh(None)
+
+
+def default_docs_url() -> str | None:
+    """``docs/diagnostics.md`` of a source checkout, when there is one next to the package."""
+    candidate = Path(__file__).resolve().parents[3] / "docs" / "diagnostics.md"
+    return from_fs_path(str(candidate)) if candidate.is_file() else None
+
+
+server = HookscopeLanguageServer()
+
+
+@server.feature(types.INITIALIZE)
+def on_initialize(ls: HookscopeLanguageServer, params: types.InitializeParams) -> None:
+    options = params.initialization_options
+    if isinstance(options, dict):
+        ls.apply_settings(options)
+        docs = options.get("diagnosticsDocUrl")
+        if isinstance(docs, str) and docs:
+            ls.docs_url = docs
+        delay = options.get("diagnosticsDelayMs")
+        if isinstance(delay, (int, float)) and not isinstance(delay, bool) and 0 <= delay <= 10_000:
+            ls.diagnostics_delay_s = delay / 1000
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def on_open(ls: HookscopeLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
+    ls.schedule_diagnostics(params.text_document.uri, 0)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def on_change(ls: HookscopeLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
+    ls.schedule_diagnostics(params.text_document.uri, ls.diagnostics_delay_s)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+def on_save(ls: HookscopeLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
+    ls.schedule_diagnostics(params.text_document.uri, 0)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def on_close(ls: HookscopeLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    pending = ls._pending.pop(uri, None)
+    if pending is not None:
+        pending.cancel()
+    ls.documents.forget(uri)
+    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+def on_configuration(ls: HookscopeLanguageServer, params: types.DidChangeConfigurationParams) -> None:
+    ls.apply_settings(params.settings)
+    for uri in list(ls.workspace.text_documents):
+        ls.schedule_diagnostics(uri, 0)
+
+
+@server.feature(types.TEXT_DOCUMENT_CODE_LENS)
+def on_code_lens(ls: HookscopeLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+    state = ls.state(params.text_document.uri)
+    return build_lenses(state, ls.converter(state), state.live_matches(ls.live))
+
+
+@server.feature(types.TEXT_DOCUMENT_HOVER)
+def on_hover(ls: HookscopeLanguageServer, params: types.HoverParams) -> types.Hover | None:
+    state = ls.state(params.text_document.uri)
+    return build_hover(state, ls.converter(state), params.position, state.live_matches(ls.live))
+
+
+@server.feature(
+    types.TEXT_DOCUMENT_CODE_ACTION,
+    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]),
+)
+def on_code_action(ls: HookscopeLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    uri = params.text_document.uri
+    state = ls.state(uri)
+    if state.stale:
+        return []
+    converter = ls.converter(state)
+    first, _ = converter.from_client(params.range.start)
+    last, _ = converter.from_client(params.range.end)
+    context = {(d.code, d.range.start.line, d.range.start.character): d for d in params.context.diagnostics if d.source == SOURCE}
+    actions = []
+    for finding in state.findings:
+        if finding.fix is None or ls.severity_of(finding) is None or not finding.span.overlaps_lines(first, last):
+            continue
+        lsp_range = converter.range(finding.span)
+        matching = context.get((finding.code, lsp_range.start.line, lsp_range.start.character))
+        edits = [types.TextEdit(range=converter.range(e.span), new_text=e.new_text) for e in finding.fix.edits]
+        actions.append(
+            types.CodeAction(
+                title=f"{finding.fix.title} ({finding.code})",
+                kind=types.CodeActionKind.QuickFix,
+                diagnostics=[matching] if matching else None,
+                is_preferred=finding.fix.preferred,
+                edit=types.WorkspaceEdit(changes={uri: edits}),
+            )
+        )
+    return actions
+
+
+@server.feature(LIVE_SUMMARIES)
+def on_live_summaries(ls: HookscopeLanguageServer, params: Any) -> None:
+    uri, summaries = parse_payload(params)
+    ls.live.update(uri, summaries)
+    ls.refresh_lenses()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="hookscope.lsp %(levelname)s %(name)s: %(message)s")
+    server.start_io()
+
+
+__all__ = ["HookscopeLanguageServer", "main", "server", "to_fs_path"]
