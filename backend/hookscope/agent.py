@@ -680,3 +680,17 @@ def _user_argv() -> list[str]:
             i += 2 if has_value else 1
         return args[i:]
     return argv
+
+
+def connect(addr: str | None = None, token: str | None = None, timeout: float | None = None) -> Agent:
+    """Start this process's agent and connect to the editor (for attach: no bootstrap needed).
+
+    ``addr`` is ``host:port`` (default ``$HOOKSCOPE_ADDR``), ``token`` the session
+    token (default ``$HOOKSCOPE_TOKEN``). Models that already exist are found by one
+    scan; later ones as they are created. With ``timeout``, wait that long for the
+    connection. Calling it again returns the running agent.
+    """
+    running = start(addr, token if token is not None else os.environ.get(ENV_TOKEN, ""))
+    if timeout:
+        running.wait_connected(timeout)
+    return running

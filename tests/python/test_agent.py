@@ -1,0 +1,210 @@
+"""The agent without a debugger: handshake, requests, error replies, the bounded queue, reconnects."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from hookscope import agent as agent_mod
+from hookscope import codec, protocol
+from hookscope.agent import Agent, OutgoingQueue
+from hookscope.editor_link import EditorLink, RequestError
+
+
+class FakeEngine:
+    """Stands in for hookscope.engine.Engine: records calls, answers two requests."""
+
+    instances: list["FakeEngine"] = []
+
+    def __init__(self, emit):
+        self.emit = emit
+        self.models: dict[str, object] = {}
+        self.hooks = 0
+        self.shutdowns = 0
+        FakeEngine.instances.append(self)
+
+    def add_model(self, model_id, model):
+        self.models[model_id] = model
+
+    def remove_model(self, model_id):
+        self.models.pop(model_id, None)
+
+    def handle(self, request):
+        if request["type"] == "setBreakOnNonFinite":
+            self.hooks = 3 if request["enabled"] else 0
+            return {"enabled": request["enabled"]}
+        if request["type"] == "removeHooks":
+            raise RuntimeError("boom")
+        raise protocol.ProtocolError(protocol.ERR_NOT_AVAILABLE, f"{request['type']} not in the fake")
+
+    def shutdown(self):
+        removed, self.hooks = self.hooks, 0
+        self.shutdowns += 1
+        return removed
+
+
+@pytest.fixture
+def link():
+    server = EditorLink()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def make_agent():
+    agents = []
+    FakeEngine.instances.clear()
+
+    def make(link, **kwargs):
+        a = Agent(link.host, link.port, link.token, link.session, engine_factory=FakeEngine,
+                  discover=False, **kwargs)
+        a.start()
+        agents.append(a)
+        return a
+
+    yield make
+    for a in agents:
+        a.stop()
+
+
+def wait_until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_queue_drops_and_counts_but_keeps_essential_messages():
+    queue = OutgoingQueue(limit=3, essential_limit=5)
+    for i in range(5):
+        queue.put({"type": "summaries", "n": i})
+    assert len(queue) == 3 and queue.dropped == 2
+    assert queue.put({"type": "hit"}) and queue.put({"type": "reply", "re": 1})
+    assert not queue.put({"type": "hit"})  # even essential ones have a ceiling
+    assert queue.dropped == 3
+    assert [queue.take()["n"] for _ in range(3)] == [0, 1, 2]
+
+
+def test_hello_first_then_requests_reach_the_engine(link, make_agent):
+    a = make_agent(link)
+    conn = link.wait_connection(10)
+    hello = conn.hello
+    protocol.validate(hello)
+    assert hello["pid"] == os.getpid() and hello["token"] == link.token
+    assert hello["session"] == link.session and hello["rank"] == 0 and hello["worldSize"] == 1
+    assert conn.request("ping")["pid"] == os.getpid()
+    assert conn.request("setBreakOnNonFinite", enabled=True) == {"enabled": True}
+    assert FakeEngine.instances[-1].hooks == 3
+
+
+def test_bad_messages_get_error_replies_and_the_agent_keeps_serving(link, make_agent):
+    make_agent(link)
+    conn = link.wait_connection(10)
+    # unknown type, wrong field type, missing id, not a map, a handler that raises
+    conn.send({"type": "frobnicate", "id": 7})
+    assert conn.wait_reply(7, 10)["error"]["code"] == protocol.ERR_UNKNOWN_TYPE
+    conn.send({"type": "setBreakOnNonFinite", "id": 8, "enabled": "yes"})
+    assert conn.wait_reply(8, 10)["error"]["code"] == protocol.ERR_BAD_MESSAGE
+    conn.send({"type": "setBreakOnNonFinite", "enabled": True})
+    assert conn.wait_event("reply", timeout=10)["error"]["code"] == protocol.ERR_BAD_MESSAGE
+    conn.send_raw(codec.frame([1, 2, 3]))  # type: ignore[arg-type]
+    assert conn.wait_event("reply", timeout=10)["re"] == -1
+    conn.send({"type": "hello", "id": 9, "token": "x"})  # a backend->editor message
+    assert conn.wait_reply(9, 10)["error"]["code"] == protocol.ERR_BAD_MESSAGE
+    with pytest.raises(RequestError) as err:
+        conn.request("removeHooks")
+    assert err.value.code == protocol.ERR_INTERNAL and "boom" in err.value.message
+    with pytest.raises(RequestError) as err:
+        conn.request("listHooks")
+    assert err.value.code == protocol.ERR_NOT_AVAILABLE
+    assert conn.request("ping")["pid"] == os.getpid()
+
+
+def test_disconnect_removes_hooks_and_reconnect_sends_hello_and_models(link, make_agent):
+    a = make_agent(link)
+    a._on_model_added("m1", object(), {"id": "m1", "name": "net", "cls": "Net", "params": 1, "modules": []})
+    first = link.wait_connection(10)
+    first.wait_event("modelAdded", timeout=10)
+    first.request("setBreakOnNonFinite", enabled=True)
+    engine = FakeEngine.instances[-1]
+    first.close()
+    assert wait_until(lambda: engine.shutdowns == 1 and engine.hooks == 0)
+    second = link.wait_connection(15, index=1)
+    assert second.hello["type"] == "hello"
+    assert second.wait_event("modelAdded", timeout=10)["model"]["id"] == "m1"
+    assert FakeEngine.instances[-1] is not engine and "m1" in FakeEngine.instances[-1].models
+
+
+def test_silent_editor_is_detected_once_it_has_answered_pings(link, make_agent, monkeypatch):
+    monkeypatch.setattr(agent_mod, "PROBE_AFTER_S", 0.2)
+    monkeypatch.setattr(agent_mod, "SILENCE_LIMIT_S", 1.0)
+    a = make_agent(link)
+    conn = link.wait_connection(10)
+    conn.request("setBreakOnNonFinite", enabled=True)
+    engine = FakeEngine.instances[-1]
+    assert wait_until(lambda: a._editor_answers_pings)  # the link answers pings by itself
+    # Go silent: stop reading and answering without closing the socket.
+    silenced = threading.Event()
+    original = conn._dispatch
+    conn._dispatch = lambda message: silenced.set()  # type: ignore[method-assign]
+    assert wait_until(lambda: engine.shutdowns == 1, timeout=10)
+    conn._dispatch = original  # type: ignore[method-assign]
+    assert link.wait_connection(15, index=1).hello["pid"] == os.getpid()
+
+
+def test_wrong_token_is_refused_for_good(link, make_agent, capfd):
+    a = Agent(link.host, link.port, "not-the-token", engine_factory=FakeEngine, discover=False)
+    a.start()
+    try:
+        assert wait_until(lambda: a.refused is not None)
+        assert a.refused.startswith(protocol.ERR_TOKEN)
+        assert "refused this process" in capfd.readouterr().err
+        assert link.refused and not link.connections
+        assert wait_until(lambda: not a._thread.is_alive())
+    finally:
+        a.stop()
+
+
+def test_emit_never_blocks_when_the_editor_does_not_read(monkeypatch):
+    monkeypatch.setattr(agent_mod, "OUT_BUFFER_LIMIT", 1 << 20)
+    server = socket.create_server(("127.0.0.1", 0))
+    host, port = server.getsockname()[:2]
+    a = Agent(host, port, "t", engine_factory=FakeEngine, discover=False)
+    a.start()
+    try:
+        peer, _ = server.accept()  # accepted, never read: the socket buffers fill up
+        assert a.wait_connected(10)
+        payload = {"type": "summaries", "model": "m1", "layer": "x", "phase": "forward", "step": 0,
+                   "tensors": [{"blob": "x" * 4096}]}
+        for _ in range(20000):  # would block on a full socket if emit wrote to it
+            a.emit(payload)
+        assert a.queue.dropped > 0
+        assert len(a.queue) <= agent_mod.QUEUE_LIMIT
+        peer.close()
+    finally:
+        a.stop()
+        server.close()
+
+
+def test_start_is_idempotent_and_skips_multiprocessing_workers(monkeypatch):
+    monkeypatch.setattr(agent_mod.sys, "orig_argv",
+                        ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"])
+    assert agent_mod.skip_reason() == "multiprocessing worker"
+    monkeypatch.setattr(agent_mod.sys, "orig_argv", ["python", "-m", "torch.distributed.run", "x.py"])
+    assert agent_mod.skip_reason() is not None
+    monkeypatch.setattr(agent_mod.sys, "orig_argv", ["python", "train.py"])
+    assert agent_mod.skip_reason() is None
+
+
+def test_user_argv_strips_debugpy_options(monkeypatch):
+    monkeypatch.setattr(agent_mod.sys, "argv", ["/x/debugpy", "--connect", "1"])
+    monkeypatch.setattr(agent_mod.sys, "orig_argv",
+                        ["python", "/x/debugpy", "--connect", "127.0.0.1:5", "--configure-qt", "none",
+                         "--adapter-access-token", "abc", "/w/train.py", "--lr", "3"])
+    assert agent_mod._user_argv() == ["/w/train.py", "--lr", "3"]
