@@ -1,0 +1,460 @@
+"""Layer breakpoints: specs → matching modules → hooks, conditions, hit counting.
+
+A ``BreakpointSpec`` (protocol.py) names layers by qualified name, glob
+(``layer*.conv1``), class (``Conv2d``) or source location (file + line of the
+``self.conv1 = nn.Conv2d(...)`` definition, or of a ``x = self.conv1(x)``
+call site in a ``forward``). Several selectors in one spec intersect.
+
+Hooks are registered only for the layers and phases asked for, and every
+handle is owned here: ``clear()`` removes them all. The ``backward`` phase is
+built from tensor hooks (``GradTap``), not ``register_full_backward_hook``:
+a full backward hook wraps the layer's output in a view-returning autograd
+Function, so any in-place op downstream (``nn.ReLU(inplace=True)`` after a
+conv, the classic ResNet block) raises inside the user's forward. Tensor
+hooks see the same ``grad_output`` and the gradient reaching the layer's
+inputs, and never change what the user's code may do.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import inspect
+import logging
+import os
+import textwrap
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from hookscope.conditions import Condition, ConditionError, HitCounter, HookEvent, replaying
+from hookscope.protocol import PHASES
+
+log = logging.getLogger("hookscope")
+
+ACTIONS = ("log", "raise", "callback")
+
+
+# ---------------------------------------------------------------------------
+# Specs
+
+@dataclass
+class BreakpointSpec:
+    """A parsed ``BreakpointSpec`` (see protocol.STRUCTS)."""
+    id: str
+    layer: str | None = None
+    cls: str | None = None
+    file: str | None = None
+    line: int | None = None
+    phases: tuple[str, ...] = ("forward",)
+    condition: Condition = field(default_factory=Condition)
+    hit_count: int | None = None
+    every: int | None = None
+    enabled: bool = True
+    action: str = "log"
+    callback: Callable[..., Any] | None = None
+    model: str | None = None
+    """Restrict to one model id (Python API); None: every model."""
+
+    @classmethod
+    def parse(cls, raw: Any) -> BreakpointSpec:
+        if not isinstance(raw, dict):
+            raise ValueError("a breakpoint must be a map")
+        bp_id = raw.get("id")
+        if not isinstance(bp_id, str) or not bp_id:
+            raise ValueError("a breakpoint needs a string 'id'")
+        phases = raw.get("phases") or ["forward"]
+        if not isinstance(phases, (list, tuple)) or any(p not in PHASES for p in phases):
+            raise ValueError(f"phases must be a subset of {', '.join(PHASES)}")
+        layer, cls_name, file, line = raw.get("layer"), raw.get("cls"), raw.get("file"), raw.get("line")
+        if not (layer or cls_name or (file and line)):
+            raise ValueError("a breakpoint needs 'layer', 'cls', or 'file' and 'line'")
+        if (file is None) != (line is None):
+            raise ValueError("'file' and 'line' go together")
+        for name, value in (("hitCount", raw.get("hitCount")), ("every", raw.get("every"))):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive integer")
+        callback = raw.get("callback")
+        action = raw.get("action") or ("callback" if callback is not None else "log")
+        if action not in ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(ACTIONS)}")
+        if action == "callback" and not callable(callback):
+            raise ValueError("action 'callback' needs a callable 'callback' (Python API)")
+        return cls(id=bp_id, layer=layer, cls=cls_name, file=file, line=line,
+                   phases=tuple(dict.fromkeys(phases)), condition=Condition.parse(raw.get("condition")),
+                   hit_count=raw.get("hitCount"), every=raw.get("every"),
+                   enabled=bool(raw.get("enabled", True)), action=action, callback=callback,
+                   model=raw.get("model"))
+
+
+# ---------------------------------------------------------------------------
+# Which modules a spec names
+
+def same_file(a: str, b: str) -> bool:
+    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
+
+
+_GLOB_CHARS = set("*?[")
+
+
+class ModelIndex:
+    """Names and source locations of one model's modules, for resolving specs."""
+
+    def __init__(self, model_id: str, model: nn.Module,
+                 locations: dict[str, tuple[str, int]] | None = None) -> None:
+        self.model_id = model_id
+        self._model = weakref.ref(model)
+        self.names: list[str] = [name for name, _ in model.named_modules()]
+        self._locations = locations
+
+    @property
+    def model(self) -> nn.Module | None:
+        return self._model()
+
+    def modules(self) -> dict[str, nn.Module]:
+        model = self.model
+        return dict(model.named_modules()) if model is not None else {}
+
+    def locations(self) -> dict[str, tuple[str, int]]:
+        """name → (file, line) where each module was created (discovery computes these)."""
+        if self._locations is None:
+            self._locations = {}
+            try:
+                from hookscope import discovery
+                by_name = self.modules()
+                for name, module in by_name.items():
+                    file, line = discovery.location_of(module, name, by_name)
+                    if file is not None and line is not None:
+                        self._locations[name] = (file, line)
+            except Exception as exc:  # discovery absent or failing: name/class specs still work
+                log.debug("hookscope: no module locations: %s", exc)
+        return self._locations
+
+    def resolve(self, spec: BreakpointSpec) -> list[str]:
+        """Qualified names of the modules ``spec`` selects, in named_modules() order."""
+        by_name = self.modules()
+        selected = list(by_name)
+        if spec.layer:
+            if _GLOB_CHARS & set(spec.layer):
+                selected = [n for n in selected if fnmatch.fnmatchcase(n, spec.layer)]
+            else:
+                selected = [n for n in selected if n == spec.layer]
+        if spec.cls:
+            selected = [n for n in selected if type(by_name[n]).__name__ == spec.cls
+                        or type(by_name[n]).__qualname__ == spec.cls
+                        or f"{type(by_name[n]).__module__}.{type(by_name[n]).__qualname__}" == spec.cls]
+        if spec.file and spec.line:
+            at_line = set(self.defined_at(spec.file, spec.line)) | set(self.called_at(spec.file, spec.line))
+            selected = [n for n in selected if n in at_line]
+        return selected
+
+    def defined_at(self, file: str, line: int) -> list[str]:
+        """Modules whose creating line (``self.conv1 = nn.Conv2d(...)``) is file:line."""
+        return [n for n, (f, l) in self.locations().items() if l == line and same_file(f, file)]
+
+    def called_at(self, file: str, line: int) -> list[str]:
+        """Modules called at file:line inside some module's ``forward`` (``x = self.conv1(x)``)."""
+        found: list[str] = []
+        for name, module in self.modules().items():
+            if not module._modules:
+                continue
+            source, sites = _call_sites(type(module))
+            targets = sites.get(line)
+            if not targets or not same_file(source, file):
+                continue
+            for attr, every_child in targets:
+                child = module._modules.get(attr)
+                if child is None:
+                    continue
+                prefix = f"{name}.{attr}" if name else attr
+                if every_child:
+                    found.extend(f"{prefix}.{sub}" for sub in child._modules)
+                else:
+                    found.append(prefix)
+        return found
+
+
+_call_site_cache: dict[type, tuple[str, dict[int, list[tuple[str, bool]]]]] = {}
+
+
+def _call_sites(cls: type) -> tuple[str, dict[int, list[tuple[str, bool]]]]:
+    """Source file of cls.forward and line → [(child attribute, every element?)] called there.
+
+    Covers ``self.conv1(x)``, ``self.blocks[i](x)`` and ``for blk in self.blocks: blk(x)``
+    (the last two select every element of the container).
+    """
+    cached = _call_site_cache.get(cls)
+    if cached is not None:
+        return cached
+    sites: dict[int, list[tuple[str, bool]]] = {}
+    try:
+        forward = cls.forward  # type: ignore[attr-defined]
+        file = inspect.getsourcefile(forward) or ""
+        lines, start = inspect.getsourcelines(forward)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (TypeError, OSError, SyntaxError, IndentationError):
+        _call_site_cache[cls] = ("", sites)
+        return _call_site_cache[cls]
+    offset = start - 1
+    loop_vars: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name):
+            attr = _self_attr(node.iter)
+            if attr is not None:
+                loop_vars[node.target.id] = attr
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        target: tuple[str, bool] | None = None
+        func = node.func
+        attr = _self_attr(func)
+        if attr is not None:
+            target = (attr, False)
+        elif isinstance(func, ast.Subscript) and _self_attr(func.value) is not None:
+            target = (_self_attr(func.value) or "", True)
+        elif isinstance(func, ast.Name) and func.id in loop_vars:
+            target = (loop_vars[func.id], True)
+        if target is None:
+            continue
+        for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+            sites.setdefault(line + offset, []).append(target)
+    _call_site_cache[cls] = (file, sites)
+    return _call_site_cache[cls]
+
+
+def _self_attr(node: ast.expr) -> str | None:
+    """'conv1' for ``self.conv1``; None otherwise."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Backward phase through tensor hooks
+
+class _PendingCall:
+    __slots__ = ("grad_input", "grad_output", "waiting", "fired")
+
+    def __init__(self, n_in: int, n_out: int, waiting: int) -> None:
+        self.grad_input: list[Any] = [None] * n_in
+        self.grad_output: list[Any] = [None] * n_out
+        self.waiting = waiting
+        self.fired = False
+
+
+class GradTap:
+    """``on_grads(module, grad_input, grad_output)`` once per backward of ``module``.
+
+    A forward-pre hook hooks the inputs (before any in-place change to them),
+    a forward hook hooks the outputs. ``grad_output`` is exact; ``grad_input``
+    is the gradient reaching each positional input tensor (summed over every
+    use of that tensor). Fires when every hooked input got its gradient, or
+    at the first output gradient when no input needs one.
+    """
+
+    def __init__(self, module: nn.Module, on_grads: Callable[[nn.Module, tuple, tuple], None]) -> None:
+        self._module = module
+        self._on_grads = on_grads
+        self._stack: list[tuple[_PendingCall, list[torch.Tensor]] | None] = []
+        self.active = True
+
+    def install(self) -> list[Any]:
+        return [self._module.register_forward_pre_hook(self._pre),
+                self._module.register_forward_hook(self._post)]
+
+    def _pre(self, module: nn.Module, args: tuple) -> None:
+        if not self.active or not torch.is_grad_enabled():
+            self._stack.append(None)
+            return
+        if len(self._stack) > 64:  # forwards that raised left entries behind
+            self._stack.clear()
+        hooked = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+        call = _PendingCall(len(args), 0, len(hooked))
+        for i, tensor in hooked:
+            tensor.register_hook(self._input_hook(call, i))
+        self._stack.append((call, [t for _, t in hooked]))
+
+    def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        entry = self._stack.pop() if self._stack else None
+        if entry is None or not self.active:
+            return
+        call, _ = entry
+        from hookscope.summaries import iter_tensors
+        outs = [t for _, t in iter_tensors(output, "")]
+        call.grad_output = [None] * len(outs)
+        for j, tensor in enumerate(outs):
+            if tensor.requires_grad:
+                tensor.register_hook(self._output_hook(call, j))
+
+    def _input_hook(self, call: _PendingCall, i: int) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            call.grad_input[i] = grad
+            call.waiting -= 1
+            if call.waiting <= 0:
+                self._fire(call)
+        return hook
+
+    def _output_hook(self, call: _PendingCall, j: int) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            call.grad_output[j] = grad
+            if call.waiting <= 0:
+                self._fire(call)
+        return hook
+
+    def _fire(self, call: _PendingCall) -> None:
+        if call.fired or not self.active:
+            return
+        call.fired = True
+        self._on_grads(self._module, tuple(call.grad_input), tuple(call.grad_output))
+
+
+# ---------------------------------------------------------------------------
+# Installed breakpoints
+
+FireFn = Callable[["Breakpoint", HookEvent, str, "str | None"], None]
+NoticeFn = Callable[[str, str, str], None]
+
+
+@dataclass
+class Breakpoint:
+    """A spec with its resolved layers and the hook handles it owns."""
+    spec: BreakpointSpec
+    layers: list[tuple[str, str]] = field(default_factory=list)
+    handles: list[Any] = field(default_factory=list)
+    taps: list[GradTap] = field(default_factory=list)
+    counter: HitCounter = field(default_factory=HitCounter)
+    active: bool = True
+    reported_errors: set[str] = field(default_factory=set)
+
+    def remove(self) -> int:
+        self.active = False
+        for tap in self.taps:
+            tap.active = False
+        for handle in self.handles:
+            handle.remove()
+        count = len(self.handles)
+        self.handles.clear()
+        self.taps.clear()
+        return count
+
+
+class LayerBreakpoints:
+    """The whole set of layer breakpoints of one process (replaced as a whole)."""
+
+    def __init__(self, fire: FireFn, notice: NoticeFn, step_of: Callable[[str], int]) -> None:
+        self._fire = fire
+        self._notice = notice
+        self._step_of = step_of
+        self.breakpoints: list[Breakpoint] = []
+
+    @property
+    def hook_count(self) -> int:
+        return sum(len(bp.handles) for bp in self.breakpoints)
+
+    def models_with_hooks(self) -> set[str]:
+        return {model for bp in self.breakpoints if bp.handles for model, _ in bp.layers}
+
+    def clear(self) -> int:
+        removed = sum(bp.remove() for bp in self.breakpoints)
+        self.breakpoints = []
+        return removed
+
+    def set(self, raw_specs: list[Any], indexes: dict[str, ModelIndex]) -> list[dict[str, Any]]:
+        """Replace every breakpoint; returns ``[{id, layers, error?}]``."""
+        self.clear()
+        resolved: list[dict[str, Any]] = []
+        for raw in raw_specs:
+            raw_id = raw.get("id") if isinstance(raw, dict) else None
+            try:
+                spec = BreakpointSpec.parse(raw)
+            except ValueError as exc:
+                resolved.append({"id": str(raw_id or ""), "layers": [], "error": str(exc)})
+                continue
+            bp = Breakpoint(spec, counter=HitCounter(spec.hit_count, spec.every))
+            for model_id, index in indexes.items():
+                if spec.model is not None and spec.model != model_id:
+                    continue
+                bp.layers.extend((model_id, name) for name in index.resolve(spec))
+            entry: dict[str, Any] = {"id": spec.id, "layers": [name for _, name in bp.layers]}
+            if not bp.layers:
+                entry["error"] = f"breakpoint {spec.id}: {_describe(spec)} matches no layer"
+            elif not any(spec.condition.applies_to(p) for p in spec.phases):
+                entry["error"] = (f"condition {spec.condition.kind!r} applies to the backward and "
+                                  "param_grad phases only")
+            if spec.enabled:
+                for model_id, name in bp.layers:
+                    module = indexes[model_id].modules().get(name)
+                    if module is not None:
+                        self._install(bp, model_id, name, module)
+            self.breakpoints.append(bp)
+            resolved.append(entry)
+        return resolved
+
+    # -- hooks -----------------------------------------------------------
+
+    def _install(self, bp: Breakpoint, model_id: str, name: str, module: nn.Module) -> None:
+        for phase in bp.spec.phases:
+            if phase == "forward_pre":
+                def pre(mod: nn.Module, args: tuple, _n: str = name) -> None:
+                    if bp.active:
+                        self._event(bp, HookEvent(model_id, _n, mod, "forward_pre", inputs=args))
+                bp.handles.append(module.register_forward_pre_hook(pre))
+            elif phase == "forward":
+                def post(mod: nn.Module, args: tuple, output: Any, _n: str = name) -> None:
+                    if bp.active:
+                        self._event(bp, HookEvent(model_id, _n, mod, "forward", inputs=args, output=output))
+                bp.handles.append(module.register_forward_hook(post))
+            elif phase == "backward":
+                def grads(mod: nn.Module, grad_input: tuple, grad_output: tuple, _n: str = name) -> None:
+                    if bp.active:
+                        self._event(bp, HookEvent(model_id, _n, mod, "backward",
+                                                  grad_input=grad_input, grad_output=grad_output))
+                tap = GradTap(module, grads)
+                bp.taps.append(tap)
+                bp.handles.extend(tap.install())
+            elif phase == "param_grad":
+                for pname, param in module.named_parameters():
+                    if not param.requires_grad:
+                        continue
+                    def on_grad(p: torch.Tensor, _n: str = name, _pn: str = pname) -> None:
+                        if bp.active:
+                            self._event(bp, HookEvent(model_id, _n, module, "param_grad", param_name=_pn,
+                                                      grad=p.grad, extra={"param": p}))
+                    bp.handles.append(param.register_post_accumulate_grad_hook(on_grad))
+
+    def _event(self, bp: Breakpoint, event: HookEvent) -> None:
+        """Condition, hit count, fire. Only BreakpointHit (action 'raise') may leave this."""
+        if replaying():
+            return
+        try:
+            event.step = self._step_of(event.model)
+            holds, detail, origin = bp.spec.condition.check(event)
+            if not holds or not bp.counter.should_fire():
+                return
+        except ConditionError as exc:
+            self._report(bp, str(exc))
+            return
+        except Exception as exc:
+            self._report(bp, f"breakpoint {bp.spec.id} on {event.layer}: {type(exc).__name__}: {exc}")
+            return
+        self._fire(bp, event, detail, origin)
+
+    def _report(self, bp: Breakpoint, message: str) -> None:
+        if message in bp.reported_errors or len(bp.reported_errors) > 16:
+            return  # once per distinct error, not once per step
+        bp.reported_errors.add(message)
+        self._notice("warning", message[:500], "conditionError")
+
+
+def _describe(spec: BreakpointSpec) -> str:
+    parts = []
+    if spec.layer:
+        parts.append(f"layer {spec.layer!r}")
+    if spec.cls:
+        parts.append(f"class {spec.cls!r}")
+    if spec.file and spec.line:
+        parts.append(f"{os.path.basename(spec.file)}:{spec.line}")
+    return " and ".join(parts)

@@ -1,0 +1,685 @@
+"""All hook state of one process: breakpoints, break on NaN/Inf, watches, last summaries.
+
+The agent owns one ``Engine`` per connection and calls ``handle(request)``
+from its hidden thread while the training thread runs (or is paused by the
+debugger). Configuration changes happen under ``self._lock``; the hooks on
+the training thread only read references that are swapped atomically, and
+the lock is never held while the debugger pauses a thread, so the agent
+keeps answering while the user inspects a hit.
+
+Nothing is hooked until something is asked for: a breakpoint, a watch, break
+on NaN/Inf, a render capture. The only exception is the one-shot ``shapes``
+capture: a root hook that runs at the first forward after connection and
+removes itself. ``shutdown()`` removes every hook and returns the count.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from hookscope import protocol, stop, summaries
+from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
+from hookscope.conditions import REPLAY, HookEvent
+from hookscope.nonfinite import NonFiniteWatch
+from hookscope.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
+
+log = logging.getLogger("hookscope")
+
+DEFAULT_RATE_HZ = 4.0
+NONFINITE_ID = "nonfinite"
+
+
+def _phase_label(phase: str) -> str:
+    return phase.replace("_", "-")
+
+
+class _LayerWatch:
+    """Rate-limited summaries of one layer (forward, and the backward of the same call)."""
+
+    __slots__ = ("model", "layer", "interval", "next_due", "handle", "keep_output", "active")
+
+    def __init__(self, model: str, layer: str, interval: float, keep_output: bool) -> None:
+        self.model, self.layer, self.interval = model, layer, interval
+        self.next_due = 0.0
+        self.handle: Any = None
+        self.keep_output = keep_output
+        self.active = True
+
+
+class Engine:
+    """Hook state of one process; answers the agent's requests (see docs/ARCHITECTURE.md)."""
+
+    def __init__(self, emit: Callable[[dict], None], *, shapes: bool = True) -> None:
+        self._emit_raw = emit
+        self._lock = threading.RLock()
+        self._indexes: dict[str, ModelIndex] = {}
+        self._steps: dict[str, int] = {}
+        self._root_handles: dict[str, Any] = {}
+        self._last_args: dict[str, tuple[tuple, dict]] = {}
+        self._shapes_wanted = shapes
+        self._shape_handles: dict[str, list[Any]] = {}
+        self._sent_shapes: dict[str, dict[str, list[int]]] = {}
+        self._input_signature: dict[str, tuple] = {}
+        self._breakpoints = LayerBreakpoints(self._fire_breakpoint, self._notice, self._step_of)
+        self._nonfinite = NonFiniteWatch(self._fire_nonfinite, self._notice, self._step_of)
+        self._nonfinite_enabled = False
+        self._nonfinite_action = "log"
+        self._nonfinite_callback: Callable[[stop.Hit], Any] | None = None
+        self._watches: dict[tuple[str, str], _LayerWatch] = {}
+        self._captures: dict[tuple[str, str], _LayerWatch] = {}
+        self._last: dict[tuple[str, str], dict[str, Any]] = {}
+        self._last_output: dict[tuple[str, str], Any] = {}
+        self._paused: dict[str, Any] | None = None
+        self._interventions: Any = None
+        self._filtered_notice_sent = False
+
+    # ------------------------------------------------------------------ models
+
+    def add_model(self, model_id: str, model: nn.Module,
+                  locations: dict[str, tuple[str, int]] | None = None) -> None:
+        """Track ``model`` (breakpoints set earlier are resolved against it too)."""
+        with self._lock:
+            self._indexes[model_id] = ModelIndex(model_id, model, locations)
+            self._steps.setdefault(model_id, 0)
+            if self._shapes_wanted:
+                self._arm_shapes(model_id, model)
+            if self._nonfinite_enabled:
+                self._nonfinite.add(model_id, model)
+            if self._breakpoints.breakpoints:
+                self._reinstall_breakpoints()
+            self._sync_root_hooks()
+
+    def remove_model(self, model_id: str) -> None:
+        with self._lock:
+            index = self._indexes.pop(model_id, None)
+            if index is None:
+                return
+            self._nonfinite.remove_model(model_id)
+            for key in [k for k in self._watches if k[0] == model_id]:
+                self._drop_watch(self._watches.pop(key))
+            for key in [k for k in self._captures if k[0] == model_id]:
+                self._drop_watch(self._captures.pop(key))
+            for handle in self._shape_handles.pop(model_id, []):
+                handle.remove()
+            if self._interventions is not None:
+                self._interventions.remove_model(model_id)
+            if self._breakpoints.breakpoints:
+                self._reinstall_breakpoints()
+            self._sync_root_hooks()
+            for store in (self._last, self._last_output):
+                for key in [k for k in store if k[0] == model_id]:
+                    del store[key]
+
+    # ------------------------------------------------------------------ requests
+
+    def handle(self, request: dict) -> dict:
+        """Reply body for ``request``; raises ProtocolError for an error reply."""
+        rtype = request.get("type")
+        handler = getattr(self, f"_req_{rtype}", None)
+        if handler is None:
+            raise ProtocolError(protocol.ERR_UNKNOWN_TYPE, f"the engine does not handle {str(rtype)[:64]!r}")
+        try:
+            return handler(request)
+        except ProtocolError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
+            raise ProtocolError(ERR_BAD_MESSAGE, f"{rtype}: {exc}") from exc
+
+    def _req_setBreakpoints(self, request: dict) -> dict:
+        specs = request.get("breakpoints") or []
+        with self._lock:
+            resolved = self._breakpoints.set(list(specs), dict(self._indexes))
+            self._sync_root_hooks()
+        for entry in resolved:
+            if entry.get("error"):
+                self._notice("warning", entry["error"], "breakpointUnresolved")
+        return {"resolved": resolved}
+
+    def set_breakpoints(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Python API: like the request, but specs may carry a ``callback``."""
+        return self._req_setBreakpoints({"breakpoints": specs})["resolved"]
+
+    def _reinstall_breakpoints(self) -> None:
+        specs = [self._spec_as_raw(bp) for bp in self._breakpoints.breakpoints]
+        self._breakpoints.set(specs, dict(self._indexes))
+
+    @staticmethod
+    def _spec_as_raw(bp: Breakpoint) -> dict[str, Any]:
+        s = bp.spec
+        raw: dict[str, Any] = {"id": s.id, "layer": s.layer, "cls": s.cls, "file": s.file, "line": s.line,
+                               "phases": list(s.phases), "hitCount": s.hit_count, "every": s.every,
+                               "enabled": s.enabled, "action": s.action, "callback": s.callback,
+                               "model": s.model}
+        if s.condition.kind != "always":
+            raw["condition"] = {"kind": s.condition.kind, "threshold": s.condition.threshold,
+                                "expression": s.condition.expression}
+        return raw
+
+    def _req_setBreakOnNonFinite(self, request: dict) -> dict:
+        self.set_break_on_nonfinite(bool(request.get("enabled")))
+        return {"enabled": self._nonfinite_enabled}
+
+    def set_break_on_nonfinite(self, enabled: bool, action: str = "log",
+                               callback: Callable[[stop.Hit], Any] | None = None) -> None:
+        """Turn break on NaN/Inf on or off; ``action`` applies without a debugger."""
+        if action not in ("log", "raise", "callback") or (action == "callback" and not callable(callback)):
+            raise ValueError("action must be 'log', 'raise' or 'callback' (with a callable callback)")
+        with self._lock:
+            self._nonfinite_action, self._nonfinite_callback = action, callback
+            if enabled and not self._nonfinite_enabled:
+                for model_id, index in self._indexes.items():
+                    if index.model is not None:
+                        self._nonfinite.add(model_id, index.model)
+            elif not enabled and self._nonfinite_enabled:
+                self._nonfinite.clear()
+            self._nonfinite_enabled = enabled
+            self._sync_root_hooks()
+
+    def _req_watch(self, request: dict) -> dict:
+        model_id = self._model_id(request.get("model"))
+        layers = request.get("layers") or []
+        rate = float(request.get("rateHz") or DEFAULT_RATE_HZ)
+        if not rate > 0:
+            raise ProtocolError(ERR_BAD_MESSAGE, "rateHz must be > 0")
+        with self._lock:
+            modules = self._indexes[model_id].modules()
+            unknown = [name for name in layers if name not in modules]
+            if unknown:
+                raise ProtocolError(ERR_UNKNOWN_LAYER, f"no layer named {', '.join(map(repr, unknown[:5]))} "
+                                                       f"in model {model_id}")
+            for key in [k for k in self._watches if k[0] == model_id]:
+                self._drop_watch(self._watches.pop(key))
+            for name in layers:
+                watch = _LayerWatch(model_id, name, 1.0 / rate, keep_output=True)
+                watch.handle = modules[name].register_forward_hook(self._watch_hook(watch))
+                self._watches[(model_id, name)] = watch
+            self._sync_root_hooks()
+            return {"layers": [name for (m, name) in self._watches if m == model_id]}
+
+    def _req_getSummaries(self, request: dict) -> dict:
+        model_id = self._model_id(request.get("model"))
+        layer = request.get("layer")
+        module = self._module(model_id, layer)
+        last = self._last.get((model_id, layer), {})
+        tensors = list(last.get("tensors", []))
+        params = list(module.named_parameters(recurse=False)) or list(module.named_parameters())[:64]
+        tensors += summaries.summarize_many([(f"{name}.grad", p.grad) for name, p in params
+                                             if p.grad is not None])
+        return {"layer": layer, "tensors": tensors, "step": last.get("step", self._step_of(model_id))}
+
+    def _req_getParamGrads(self, request: dict) -> dict:
+        model_id = self._model_id(request.get("model"))
+        model = self._indexes[model_id].model
+        if model is None:
+            raise ProtocolError(ERR_NOT_AVAILABLE, f"model {model_id} is gone")
+        return {"params": param_grad_stats(model)}
+
+    def _req_listHooks(self, request: dict) -> dict:
+        inventory = self._optional("inventory", "the hook inventory")
+        model_id = request.get("model")
+        with self._lock:
+            models = {m: i.model for m, i in self._indexes.items()
+                      if i.model is not None and (model_id is None or m == model_id)}
+        if model_id is not None and not models:
+            raise ProtocolError(ERR_UNKNOWN_LAYER, f"no model {model_id!r}")
+        result = inventory.list_hooks(models)
+        return {"hooks": list(result.get("hooks", [])), "leaks": list(result.get("leaks", []))}
+
+    def _req_removeHooks(self, request: dict) -> dict:
+        return {"removed": self.shutdown()}
+
+    def _req_bye(self, request: dict) -> dict:
+        return {"removed": self.shutdown()}
+
+    def _req_addIntervention(self, request: dict) -> dict:
+        model_id = self._model_id(request.get("model"))
+        layer = request.get("layer")
+        module = self._module(model_id, layer)
+        interventions = self._get_interventions()
+        iv_id = interventions.add(model_id, module, layer, request.get("kind"),
+                                  channels=request.get("channels"), value=request.get("value"))
+        return {"id": iv_id}
+
+    def _req_removeIntervention(self, request: dict) -> dict:
+        if self._interventions is None:
+            return {"removed": 0}
+        return {"removed": self._interventions.remove(request.get("id"))}
+
+    def _req_listInterventions(self, request: dict) -> dict:
+        if self._interventions is None:
+            return {"interventions": []}
+        return {"interventions": self._interventions.list()}
+
+    def _req_render(self, request: dict) -> dict:
+        visuals = self._optional("visuals", "rendering")
+        view = request.get("view")
+        options = dict(request.get("options") or {})
+        model_id = self._model_id(request.get("model"))
+        index = self._indexes[model_id]
+        if view == "gradientFlow":
+            model = index.model
+            if model is None:
+                raise ProtocolError(ERR_NOT_AVAILABLE, f"model {model_id} is gone")
+            image = visuals.gradient_flow(list(model.named_parameters()), **options)
+        elif view in ("featureMap", "histogram", "tensor", "attention"):
+            layer = request.get("layer")
+            if not isinstance(layer, str):
+                raise ProtocolError(ERR_BAD_MESSAGE, f"render {view} needs a 'layer'")
+            output = self._output_for_render(model_id, layer)
+            if view == "featureMap":
+                image = visuals.feature_map(summaries_first_tensor(output), **options)
+            elif view == "histogram":
+                image = visuals.histogram(summaries_first_tensor(output), **options)
+            elif view == "tensor":
+                image = visuals.tensor_image(summaries_first_tensor(output), **options)
+            else:
+                weights = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+                if not isinstance(weights, torch.Tensor):
+                    raise ProtocolError(ERR_NOT_AVAILABLE, f"{layer} returned no attention weights "
+                                        "(nn.MultiheadAttention needs need_weights=True)")
+                image = visuals.attention_map(weights.detach(), **options)
+        elif view == "gradCam":
+            image = self._grad_cam(visuals, model_id, request.get("layer"), options)
+        else:
+            raise ProtocolError(ERR_BAD_MESSAGE, f"unknown view {str(view)[:32]!r}")
+        return {"png": image.png, "width": image.width, "height": image.height, "meta": image.meta}
+
+    def _req_inspectValue(self, request: dict) -> dict:
+        paused = self._paused
+        if paused is None:
+            raise ProtocolError(ERR_NOT_AVAILABLE, "no thread is paused at a Hookscope hit")
+        expression = request.get("expression")
+        if not isinstance(expression, str):
+            raise ProtocolError(ERR_BAD_MESSAGE, "inspectValue needs an 'expression'")
+        try:
+            value = eval(expression, {"torch": torch}, dict(paused))  # noqa: S307 - the user's own debug console
+        except Exception as exc:
+            raise ProtocolError(ERR_BAD_MESSAGE, f"{expression!r} raised {type(exc).__name__}: {exc}") from exc
+        tensor = summaries_first_tensor(value)
+        if tensor is None:
+            raise ProtocolError(ERR_BAD_MESSAGE, f"{expression!r} is not a tensor ({type(value).__name__})")
+        body: dict[str, Any] = {"summary": summaries.summarize(tensor, expression)}
+        options = request.get("options")
+        if options:
+            visuals = self._optional("visuals", "rendering")
+            body["png"] = visuals.tensor_image(tensor.detach(), **options).png
+        return body
+
+    # ------------------------------------------------------------------ shutdown
+
+    def shutdown(self) -> int:
+        """Remove every hook Hookscope added; returns how many."""
+        with self._lock:
+            removed = self._breakpoints.clear()
+            removed += self._nonfinite.clear()
+            self._nonfinite_enabled = False
+            for store in (self._watches, self._captures):
+                for watch in store.values():
+                    removed += self._drop_watch(watch)
+                store.clear()
+            for handles in self._shape_handles.values():
+                for handle in handles:
+                    handle.remove()
+                removed += len(handles)
+            self._shape_handles.clear()
+            self._shapes_wanted = False
+            for handle in self._root_handles.values():
+                handle.remove()
+                removed += 1
+            self._root_handles.clear()
+            self._last_args.clear()
+            self._last_output.clear()
+            if self._interventions is not None:
+                removed += self._interventions.remove()
+            return removed
+
+    @property
+    def hook_count(self) -> int:
+        """Hooks installed right now (for tests and the inventory)."""
+        with self._lock:
+            return (self._breakpoints.hook_count + self._nonfinite.hook_count + len(self._root_handles)
+                    + sum(w.handle is not None for w in self._watches.values())
+                    + sum(w.handle is not None for w in self._captures.values())
+                    + sum(len(h) for h in self._shape_handles.values()))
+
+    # ------------------------------------------------------------------ hits
+
+    def _fire_breakpoint(self, bp: Breakpoint, event: HookEvent, detail: str, origin: str | None) -> None:
+        where = event.layer or "the model"
+        reason = f"Layer breakpoint: {where} ({_phase_label(event.phase)})"
+        if detail:
+            reason += f": {detail}"
+        self._hit(bp.spec.id, event, reason, origin, bp.spec.action, bp.spec.callback)
+
+    def _fire_nonfinite(self, event: HookEvent, reason: str, origin: str | None) -> None:
+        self._hit(NONFINITE_ID, event, reason, origin, self._nonfinite_action, self._nonfinite_callback)
+
+    def _hit(self, bp_id: str, event: HookEvent, reason: str, origin: str | None, action: str,
+             callback: Callable[[stop.Hit], Any] | None) -> None:
+        """Send ``hit``, then pause (debugger) or apply the action. Never holds the lock while paused."""
+        try:
+            stats = summaries.summarize_many(_event_tensors(event))
+        except Exception as exc:
+            stats = []
+            log.debug("hookscope: summaries failed", exc_info=True)
+            self._notice("warning", f"summaries of {event.layer} failed: {exc}", "summaryError")
+        self._last[(event.model, event.layer)] = {"step": event.step, "tensors": stats}
+        connected = stop.debugger_connected()
+        filtered = connected and stop.stop_filtered()
+        pausing = connected and not filtered
+        message: dict[str, Any] = {"type": "hit", "breakpoint": bp_id, "model": event.model,
+                                   "layer": event.layer, "phase": event.phase, "reason": reason,
+                                   "step": event.step, "summaries": stats, "pausing": pausing}
+        if origin:
+            message["origin"] = origin
+        self._emit(message)
+        if filtered and not self._filtered_notice_sent:
+            self._filtered_notice_sent = True
+            self._notice("warning", "Hookscope cannot pause: justMyCode hides its stop frame; "
+                         + stop.JUST_MY_CODE_HINT, "justMyCode")
+        if pausing:
+            self._paused = {**event.frame_locals(), "reason": reason, "stats": stats}
+            try:
+                stop.pause(event, reason, stats)
+            finally:
+                self._paused = None
+                self._emit({"type": "resumed", "breakpoint": bp_id, "layer": event.layer})
+            return
+        if action == "raise":
+            raise stop.BreakpointHit(reason, event.layer, event.phase, stats)
+        if action == "callback" and callback is not None:
+            hit = stop.Hit(breakpoint=bp_id, layer=event.layer, module=event.module, phase=event.phase,
+                           reason=reason, step=event.step, stats=stats, inputs=event.inputs,
+                           output=event.output, grad_input=event.grad_input, grad_output=event.grad_output,
+                           param_name=event.param_name, grad=event.grad, origin=origin, extra=event.extra)
+            try:
+                callback(hit)
+            except stop.BreakpointHit:
+                raise
+            except Exception as exc:
+                self._notice("warning", f"breakpoint callback raised {type(exc).__name__}: {exc}",
+                             "callbackError")
+            return
+        log.warning("hookscope: %s (step %d)", reason, event.step)
+        self._notice("info", f"{reason} (step {event.step})", "hit")
+
+    # ------------------------------------------------------------------ watches
+
+    def _watch_hook(self, watch: _LayerWatch) -> Callable[..., None]:
+        key = (watch.model, watch.layer)
+
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            now = time.monotonic()
+            if now < watch.next_due or REPLAY.depth or not watch.active:
+                return
+            watch.next_due = now + watch.interval
+            try:
+                if watch.keep_output:
+                    self._last_output[key] = _detached(output)
+                if key not in self._watches:
+                    return  # a render capture only
+                step = self._step_of(watch.model)
+                tensors = summaries.summarize_many(list(summaries.iter_tensors(args, "inputs"))
+                                                   + list(summaries.iter_tensors(output, "output")))
+                self._last[key] = {"step": step, "tensors": tensors}
+                self._emit({"type": "summaries", "model": watch.model, "layer": watch.layer,
+                            "phase": "forward", "step": step, "tensors": tensors})
+                if torch.is_grad_enabled():
+                    for path, tensor in summaries.iter_tensors(output, "grad_output"):
+                        if tensor.requires_grad:
+                            tensor.register_hook(self._watch_grad_hook(watch, path, step))
+            except Exception as exc:
+                watch.active = False
+                self._notice("warning", f"watching {watch.layer} failed and stopped: "
+                             f"{type(exc).__name__}: {exc}", "watchError")
+        return hook
+
+    def _watch_grad_hook(self, watch: _LayerWatch, path: str, step: int) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            if not watch.active or REPLAY.depth:
+                return
+            try:
+                tensors = summaries.summarize_many([(path, grad)])
+                last = self._last.get((watch.model, watch.layer))
+                if last is not None and last.get("step") == step:
+                    last["tensors"] = [t for t in last["tensors"] if t["path"] != path] + tensors
+                self._emit({"type": "summaries", "model": watch.model, "layer": watch.layer,
+                            "phase": "backward", "step": step, "tensors": tensors})
+            except Exception as exc:
+                self._notice("warning", f"gradient summary of {watch.layer} failed: {exc}", "watchError")
+        return hook
+
+    def _drop_watch(self, watch: _LayerWatch) -> int:
+        watch.active = False
+        self._last_output.pop((watch.model, watch.layer), None)
+        if watch.handle is None:
+            return 0
+        watch.handle.remove()
+        watch.handle = None
+        return 1
+
+    def _output_for_render(self, model_id: str, layer: str) -> Any:
+        paused = self._paused
+        if paused is not None and paused.get("layer") == layer and paused.get("output") is not None:
+            return paused["output"]
+        key = (model_id, layer)
+        if key in self._last_output:
+            return self._last_output[key]
+        module = self._module(model_id, layer)
+        with self._lock:
+            if key not in self._watches and key not in self._captures:
+                capture = _LayerWatch(model_id, layer, 1.0 / DEFAULT_RATE_HZ, keep_output=True)
+                capture.handle = module.register_forward_hook(self._watch_hook(capture))
+                self._captures[key] = capture
+        raise ProtocolError(ERR_NOT_AVAILABLE, f"no output of {layer} captured yet: it will be kept from "
+                            "the next forward pass on")
+
+    def _grad_cam(self, visuals: Any, model_id: str, layer: Any, options: dict[str, Any]) -> Any:
+        if self._paused is None:
+            raise ProtocolError(ERR_NOT_AVAILABLE, "Grad-CAM runs its own forward and backward pass: "
+                                "pause at a layer breakpoint first")
+        if not isinstance(layer, str):
+            raise ProtocolError(ERR_BAD_MESSAGE, "render gradCam needs a 'layer'")
+        module = self._module(model_id, layer)
+        model = self._indexes[model_id].model
+        args = self._last_args.get(model_id)
+        if model is None or args is None or args[1]:
+            raise ProtocolError(ERR_NOT_AVAILABLE, "the model's last inputs are not known (or it takes "
+                                "keyword arguments): run a forward pass with a breakpoint set first")
+        REPLAY.depth += 1  # our own pass: Hookscope's hooks stay quiet
+        try:
+            return visuals.grad_cam(model, module, args[0], options.pop("target", None), **options)
+        finally:
+            REPLAY.depth -= 1
+
+    # ------------------------------------------------------------------ root hooks
+
+    def _model_active(self, model_id: str) -> bool:
+        return (self._nonfinite_enabled or model_id in self._breakpoints.models_with_hooks()
+                or any(m == model_id for m, _ in self._watches) or any(m == model_id for m, _ in self._captures))
+
+    def _sync_root_hooks(self) -> None:
+        """The step counter on each root exists exactly while something is hooked on that model."""
+        for model_id, index in self._indexes.items():
+            wanted = self._model_active(model_id) and index.model is not None
+            handle = self._root_handles.get(model_id)
+            if wanted and handle is None:
+                assert index.model is not None
+                self._root_handles[model_id] = index.model.register_forward_pre_hook(
+                    self._root_pre(model_id), with_kwargs=True)
+            elif not wanted and handle is not None:
+                handle.remove()
+                del self._root_handles[model_id]
+                self._last_args.pop(model_id, None)
+        for model_id in [m for m in self._root_handles if m not in self._indexes]:
+            self._root_handles.pop(model_id).remove()
+
+    def _root_pre(self, model_id: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+            if REPLAY.depth:
+                return
+            self._steps[model_id] = self._steps.get(model_id, 0) + 1
+            self._last_args[model_id] = (args, kwargs)
+            if self._shapes_wanted and model_id not in self._shape_handles:
+                signature = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+                if signature != self._input_signature.get(model_id):
+                    self._input_signature[model_id] = signature
+                    self._arm_shapes(model_id, module)
+        return hook
+
+    def _step_of(self, model_id: str) -> int:
+        return self._steps.get(model_id, 0)
+
+    # ------------------------------------------------------------------ shapes
+
+    def _arm_shapes(self, model_id: str, model: nn.Module) -> None:
+        """One forward pass of shape capture: per-layer hooks exist only during that pass."""
+        if model_id in self._shape_handles:
+            return
+        shapes: dict[str, list[int]] = {}
+        layer_handles: list[Any] = []
+
+        def record(name: str) -> Callable[..., None]:
+            def hook(module: nn.Module, args: tuple, output: Any) -> None:
+                first = summaries_first_tensor(output)
+                if first is not None:
+                    shapes[name] = list(first.shape)
+            return hook
+
+        def pre(module: nn.Module, args: tuple) -> None:
+            if REPLAY.depth or layer_handles:
+                return
+            for name, sub in module.named_modules():
+                layer_handles.append(sub.register_forward_hook(record(name)))
+
+        def post(module: nn.Module, args: tuple, output: Any) -> None:
+            if REPLAY.depth or not layer_handles:
+                return
+            for handle in layer_handles:
+                handle.remove()
+            layer_handles.clear()
+            with self._lock:
+                for handle in self._shape_handles.pop(model_id, []):
+                    handle.remove()
+            try:
+                signature = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+                self._input_signature[model_id] = signature
+                if shapes != self._sent_shapes.get(model_id):
+                    self._sent_shapes[model_id] = dict(shapes)
+                    self._emit({"type": "shapes", "model": model_id, "shapes": dict(shapes)})
+            except Exception as exc:
+                log.debug("hookscope: shapes failed: %s", exc)
+
+        self._shape_handles[model_id] = [model.register_forward_pre_hook(pre),
+                                         model.register_forward_hook(post)]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _emit(self, event: dict) -> None:
+        try:
+            self._emit_raw(event)
+        except Exception:  # emit never blocks nor raises into training
+            log.debug("hookscope: emit failed", exc_info=True)
+
+    def _notice(self, level: str, message: str, code: str) -> None:
+        self._emit({"type": "notice", "level": level, "message": message, "code": code})
+
+    def _model_id(self, requested: Any) -> str:
+        with self._lock:
+            if requested is None:
+                if not self._indexes:
+                    raise ProtocolError(ERR_NOT_AVAILABLE, "no model found yet")
+                return next(iter(self._indexes))
+            if requested not in self._indexes:
+                raise ProtocolError(ERR_UNKNOWN_LAYER, f"no model {str(requested)[:64]!r}")
+            return str(requested)
+
+    def _module(self, model_id: str, layer: Any) -> nn.Module:
+        if not isinstance(layer, str):
+            raise ProtocolError(ERR_BAD_MESSAGE, "a 'layer' name is needed")
+        module = self._indexes[model_id].modules().get(layer)
+        if module is None:
+            raise ProtocolError(ERR_UNKNOWN_LAYER, f"no layer named {layer[:128]!r} in model {model_id}")
+        return module
+
+    def _get_interventions(self) -> Any:
+        if self._interventions is None:
+            module = self._optional("interventions", "interventions")
+            self._interventions = module.Interventions()
+        return self._interventions
+
+    @staticmethod
+    def _optional(name: str, what: str) -> Any:
+        import importlib
+        try:
+            return importlib.import_module(f"hookscope.{name}")
+        except ImportError as exc:
+            raise ProtocolError(ERR_NOT_AVAILABLE, f"{what} is not available in this backend "
+                                f"(hookscope.{name}: {exc})") from exc
+
+
+# ---------------------------------------------------------------------- free helpers
+
+def summaries_first_tensor(value: Any) -> torch.Tensor | None:
+    for _, tensor in summaries.iter_tensors(value, ""):
+        return tensor.detach()
+    return None
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(v) for v in value) if isinstance(value, list) else tuple(
+            _detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
+
+
+def _event_tensors(event: HookEvent) -> list[tuple[str, torch.Tensor]]:
+    items: list[tuple[str, torch.Tensor]] = []
+    if event.phase in ("forward_pre", "forward"):
+        items += summaries.iter_tensors(event.inputs, "inputs")
+        if event.phase == "forward":
+            items += summaries.iter_tensors(event.output, "output")
+    elif event.phase == "backward":
+        items += summaries.iter_tensors(event.grad_input, "grad_input")
+        items += summaries.iter_tensors(event.grad_output, "grad_output")
+    elif event.grad is not None:
+        items.append((f"{event.param_name}.grad", event.grad))
+    return items
+
+
+def param_grad_stats(model: nn.Module) -> list[dict[str, Any]]:
+    """``[{name, shape, norm, mean, absmax, nan, inf}]`` of every ``.grad``, one sync per device."""
+    named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None
+             and p.grad.layout == torch.strided and not p.grad.is_complex()]
+    by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
+    for name, grad in named:
+        by_device.setdefault(grad.device, []).append((name, grad))
+    rows: dict[str, list[float]] = {}
+    with torch.no_grad():
+        for group in by_device.values():
+            grads = [g.float() if g.dtype in (torch.float16, torch.bfloat16) else g for _, g in group]
+            norms = torch._foreach_norm(grads)
+            stacked = torch.stack([torch.stack([n.double(), g.double().mean() if g.numel() else n.double() * 0,
+                                                g.abs().amax().double() if g.numel() else n.double() * 0,
+                                                torch.isnan(g).sum().double(), torch.isinf(g).sum().double()])
+                                   for n, g in zip(norms, grads)])
+            for (name, _), values in zip(group, stacked.tolist()):
+                rows[name] = values
+    out = []
+    for name, grad in named:
+        norm, mean, absmax, nan, inf = rows[name]
+        out.append({"name": name, "shape": list(grad.shape), "norm": norm,
+                    "mean": mean if math.isfinite(mean) else None,
+                    "absmax": absmax, "nan": int(nan), "inf": int(inf)})
+    return out

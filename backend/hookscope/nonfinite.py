@@ -1,0 +1,560 @@
+"""Break on NaN/Inf: a cheap per-step sentinel, then an exact replay of the failing step.
+
+Why not check every layer
+    A NaN check with a host sync in every layer's forward costs ~1.3x a small
+    CNN step, per-tensor gradient checks ~1.6-1.9x, more than
+    ``torch.autograd.detect_anomaly`` (DESIGN.md). Non-finite values are rare,
+    so the steady state only asks "did this step go bad?" and the expensive
+    "where?" runs once, on the bad step.
+
+Steady state (per model root, no per-layer hook)
+    * root forward-pre hook: keeps a reference to the call's args/kwargs (no
+      copy), the CPU (and CUDA) RNG state and a copy of the module buffers
+      (BatchNorm running stats: small) into preallocated storage
+      (``_foreach_copy_``), and the grad mode.
+    * root forward hook: ``isfinite(output).all()`` over the output tensors,
+      one host sync; when the output needs a gradient, a tensor hook on it.
+    * that tensor hook keeps the gradient reaching the root output and queues
+      a callback for the end of the backward pass
+      (``Variable._execution_engine.queue_callback``), where one
+      ``torch._foreach_norm`` over every parameter ``.grad`` and the root
+      output gradient decides, with one host sync, whether the backward went bad.
+    * a global optimizer step pre-hook catches models whose output gradient
+      was not seen (the loss did not flow through the root's output): same
+      check, before the optimizer consumes the gradients.
+    Cost: two root hooks, a buffer copy and two syncs per step, whatever the depth.
+
+On a bad step: exact replay
+    The forward is re-run on the same inputs with the RNG state and the
+    buffers put back as they were at the root's forward-pre, so dropout masks
+    and BatchNorm statistics are the same and the values bit-identical (on
+    deterministic kernels). Precise probes on every module find the FIRST
+    layer that produced a non-finite value: forward hooks in completion order
+    (a child finishes before its parent), forward-pre hooks to see values
+    born between layers. For a backward failure the replay runs the forward
+    and then ``autograd.backward`` from the root output with the gradient the
+    original step received; tensor hooks on each layer's inputs, outputs and
+    parameters fire in backward order, and the first non-finite gradient
+    names the layer (a gradient reaching a layer's input that is bad while its
+    output gradient was fine: born in that layer). The parameters' ``.grad``
+    are saved before and put back after, so the replay does not accumulate
+    twice; RNG state and buffers are put back to their post-step values, so
+    training goes on exactly as without Hookscope. The debugger pauses inside
+    the replay's hook of the culprit layer, with the replay's tensors (the
+    same values) as ``inputs``/``output`` or ``grad_input``/``grad_output``.
+
+    No replay is needed when the inputs are already non-finite (reported at
+    the root: "came in through the inputs") or when the gradient reaching the
+    root output is (reported at the root: "came in from the loss").
+
+Limits
+    State outside the model that the forward reads or changes (Python
+    counters, global flags) is not restored; the user's own hooks run again
+    during the replay; nondeterministic kernels (some CUDA atomics) may not
+    reproduce the value, in which case the hit is reported at the root with
+    that explanation. Only the last forward call of the root before the
+    backward is replayed. When one tensor feeds several layers, a NaN born in
+    the backward of one of them is blamed on the innermost of them. After a
+    report the sentinel stays quiet until a step is clean again (no report
+    every step for weights that are already NaN).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
+                                  describe_counts, nonfinite_counts)
+from hookscope.summaries import all_finite, iter_tensors
+
+log = logging.getLogger("hookscope")
+
+FireFn = Callable[[HookEvent, str, "str | None"], None]
+NoticeFn = Callable[[str, str, str], None]
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for _, t in iter_tensors(value, "")]
+
+
+def _grads_finite(tensors: list[torch.Tensor]) -> bool:
+    """One ``_foreach_norm`` and one host sync: are all these gradients finite?"""
+    floats = [t for t in tensors if t.is_floating_point() and t.numel()]
+    if not floats:
+        return True
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for t in floats:
+        by_device.setdefault(t.device, []).append(t)
+    flags = [torch.isfinite(torch.stack(torch._foreach_norm(group))).all() for group in by_device.values()]
+    if len(flags) == 1:
+        return bool(flags[0])
+    return bool(torch.stack([f.cpu() for f in flags]).all())
+
+
+def _depth(name: str) -> int:
+    return name.count(".") + 1 if name else 0
+
+
+class RootSentinel:
+    """The per-step check and the replay for one model root."""
+
+    def __init__(self, model_id: str, root: nn.Module, fire: FireFn, notice: NoticeFn,
+                 step_of: Callable[[str], int]) -> None:
+        self.model_id = model_id
+        self.root = root
+        self._fire = fire
+        self._notice = notice
+        self._step_of = step_of
+        self.handles: list[Any] = []
+        self.active = False
+        self._args: tuple = ()
+        self._kwargs: dict[str, Any] = {}
+        self._grad_enabled = True
+        self._cpu_rng: torch.Tensor | None = None
+        self._cuda_rng: list[torch.Tensor] | None = None
+        self._buffer_snapshot: list[torch.Tensor] = []
+        self._root_grads: list[torch.Tensor | None] = []
+        self._callback_queued = False
+        self._backward_checked = True
+        self._latched = False
+        """A non-finite step was reported; quiet until a clean step."""
+
+    # -- installation ------------------------------------------------------
+
+    def install(self) -> None:
+        self.active = True
+        self.handles = [self.root.register_forward_pre_hook(self._pre, with_kwargs=True),
+                        self.root.register_forward_hook(self._post, with_kwargs=True)]
+
+    def remove(self) -> int:
+        self.active = False
+        for handle in self.handles:
+            handle.remove()
+        count = len(self.handles)
+        self.handles = []
+        self._args, self._kwargs, self._root_grads = (), {}, []
+        return count
+
+    # -- steady state --------------------------------------------------------
+
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+        if not self.active or REPLAY.depth:
+            return
+        try:
+            self._args, self._kwargs = args, kwargs
+            self._grad_enabled = torch.is_grad_enabled()
+            self._cpu_rng = torch.get_rng_state()
+            self._cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+            self._snapshot_buffers()
+            self._root_grads = []
+            self._backward_checked = False
+        except Exception as exc:
+            self._error("snapshot", exc)
+
+    def _snapshot_buffers(self) -> None:
+        buffers = [b for b in self.root.buffers()]
+        snap = self._buffer_snapshot
+        if len(snap) == len(buffers) and all(s.shape == b.shape and s.dtype == b.dtype
+                                             and s.device == b.device for s, b in zip(snap, buffers)):
+            if buffers:
+                with torch.no_grad():
+                    torch._foreach_copy_(snap, buffers)
+        else:
+            self._buffer_snapshot = [b.detach().clone() for b in buffers]
+
+    def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
+        if not self.active or REPLAY.depth:
+            return
+        try:
+            outs = _tensors(output)
+            if not all_finite(outs):  # the one sync of the forward
+                if not self._latched:
+                    self._latched = True
+                    self._investigate_forward(output)
+                return
+            if torch.is_grad_enabled():
+                hooked = [t for t in outs if t.requires_grad]
+                self._root_grads = [None] * len(hooked)
+                for j, tensor in enumerate(hooked):
+                    tensor.register_hook(self._root_grad_hook(j))
+        except Exception as exc:
+            self._error("forward check", exc)
+
+    def _root_grad_hook(self, j: int) -> Callable[[torch.Tensor], None]:
+        grads = self._root_grads
+
+        def hook(grad: torch.Tensor) -> None:
+            if not self.active or REPLAY.depth or grads is not self._root_grads:
+                return
+            grads[j] = grad
+            if not self._callback_queued:
+                self._callback_queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
+        return hook
+
+    def _after_backward(self) -> None:
+        self._callback_queued = False
+        if not self.active:
+            return
+        try:
+            self.check_gradients(replay=True)
+        except Exception as exc:
+            self._error("gradient check", exc)
+
+    def check_gradients(self, replay: bool) -> None:
+        """The end-of-backward check (one _foreach_norm, one sync); investigate when bad."""
+        self._backward_checked = True
+        grads = [p.grad for p in self.root.parameters() if p.grad is not None]
+        root_grads = [g for g in self._root_grads if g is not None]
+        if _grads_finite(grads + root_grads):
+            self._latched = False
+            return
+        if self._latched:
+            return
+        self._latched = True
+        if replay and root_grads:
+            self._investigate_backward()
+        else:
+            self._report_param_grads("the gradient did not flow through the model's output; no replay")
+
+    def check_if_unchecked(self) -> None:
+        """Optimizer step pre-hook: check when the end-of-backward callback did not run."""
+        if self.active and not self._backward_checked and not REPLAY.depth:
+            try:
+                self.check_gradients(replay=False)
+            except Exception as exc:
+                self._error("gradient check", exc)
+
+    # -- the replay ------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _replaying(self) -> Iterator[None]:
+        """Put RNG and buffers back as at the forward-pre; put the post-step state back after."""
+        cpu_now = torch.get_rng_state()
+        cuda_now = torch.cuda.get_rng_state_all() if self._cuda_rng is not None else None
+        buffers = [b.data for b in self.root.buffers()]  # .data: no version bump for autograd
+        buffers_now = [b.clone() for b in buffers]
+        if self._cpu_rng is not None:
+            torch.set_rng_state(self._cpu_rng)
+        if self._cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self._cuda_rng)
+        if len(buffers) == len(self._buffer_snapshot) and buffers:
+            torch._foreach_copy_(buffers, self._buffer_snapshot)
+        REPLAY.depth += 1
+        try:
+            yield
+        finally:
+            REPLAY.depth -= 1
+            if buffers:
+                torch._foreach_copy_(buffers, buffers_now)
+            torch.set_rng_state(cpu_now)
+            if cuda_now is not None:
+                torch.cuda.set_rng_state_all(cuda_now)
+
+    def _named(self) -> list[tuple[str, nn.Module]]:
+        return list(self.root.named_modules())
+
+    def _investigate_forward(self, output: Any) -> None:
+        step = self._step_of(self.model_id)
+        inputs = _tensors((self._args, self._kwargs))
+        if not all_finite(inputs):
+            counts = describe_counts(nonfinite_counts(inputs))
+            name = ""
+            self._fire(HookEvent(self.model_id, name, self.root, "forward_pre", inputs=self._args, step=step),
+                       f"NaN/Inf came in through the inputs of the model ({counts})", ORIGIN_INPUTS)
+            return
+        probe = _ForwardProbe(self._named())
+        with self._replaying(), torch.set_grad_enabled(self._grad_enabled):
+            probe.install()
+            try:
+                self.root(*self._args, **self._kwargs)
+            finally:
+                probe.remove()
+        found = probe.found
+        if found is None:
+            outs = _tensors(output)
+            self._fire(HookEvent(self.model_id, "", self.root, "forward", inputs=self._args,
+                                 output=output, step=step),
+                       f"NaN/Inf in the model output ({describe_counts(nonfinite_counts(outs))}); "
+                       "the replay of the step did not reproduce it (nondeterministic op or state "
+                       "outside the model)", None)
+            return
+        found.event.step = step
+        self._fire_found(found)
+
+    def _investigate_backward(self) -> None:
+        step = self._step_of(self.model_id)
+        params = list(self.root.parameters())
+        saved = [p.grad for p in params]
+        for p in params:
+            p.grad = None
+        probe = _BackwardProbe(self._named())
+        try:
+            with self._replaying(), torch.enable_grad():
+                probe.install()
+                try:
+                    out = self.root(*self._args, **self._kwargs)
+                    outs = [t for t in _tensors(out) if t.requires_grad]
+                    pairs = [(o, g) for o, g in zip(outs, self._root_grads) if g is not None]
+                    if pairs:
+                        torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+                finally:
+                    probe.remove()
+        finally:
+            for p, g in zip(params, saved):
+                p.grad = g
+        if probe.found is None:
+            self._report_param_grads("the replay of the step did not reproduce it")
+            return
+        probe.found.event.step = step
+        self._fire_found(probe.found)
+
+    def _fire_found(self, found: "_Found") -> None:
+        # The probe recorded the culprit while the replay ran; the stop happens here, after
+        # the replay, so the replay never runs with the debugger holding it half-way.
+        self._fire(found.event, found.reason, found.origin)
+
+    def _report_param_grads(self, why: str) -> None:
+        bad = [(name, p) for name, p in self.root.named_parameters()
+               if p.grad is not None and not all_finite([p.grad])]
+        step = self._step_of(self.model_id)
+        if not bad:
+            root_grads = [g for g in self._root_grads if g is not None]
+            self._fire(HookEvent(self.model_id, "", self.root, "backward", grad_output=tuple(root_grads),
+                                 step=step), "NaN/Inf in the gradient reaching the model output: "
+                       "it came in from the loss", ORIGIN_LOSS)
+            return
+        # Backward runs last layer first: the last parameter registered is the closest guess.
+        name, param = bad[-1]
+        layer = name.rpartition(".")[0]
+        module = self.root.get_submodule(layer) if layer else self.root
+        names = ", ".join(n for n, _ in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        self._fire(HookEvent(self.model_id, layer, module, "param_grad", param_name=name.rpartition(".")[2],
+                             grad=param.grad, step=step, extra={"param": param}),
+                   f"NaN/Inf in the gradients of {names} ({why})", None)
+
+    def _error(self, what: str, exc: Exception) -> None:
+        log.debug("hookscope: nonfinite %s failed", what, exc_info=True)
+        self._notice("warning", f"break on NaN/Inf: {what} failed on model {self.model_id}: "
+                     f"{type(exc).__name__}: {exc}"[:500], "nonfiniteError")
+
+
+class _Found:
+    __slots__ = ("event", "reason", "origin")
+
+    def __init__(self, event: HookEvent, reason: str, origin: str | None) -> None:
+        self.event, self.reason, self.origin = event, reason, origin
+
+
+class _ForwardProbe:
+    """Replay-only forward hooks on every module: the first non-finite value, in execution order."""
+
+    def __init__(self, named: list[tuple[str, nn.Module]]) -> None:
+        self._named = named
+        self._handles: list[Any] = []
+        self.found: _Found | None = None
+        self._parents = {name: name.rpartition(".")[0] for name, _ in named}
+
+    def install(self) -> None:
+        for name, module in self._named:
+            self._handles.append(module.register_forward_pre_hook(self._pre(name)))
+            self._handles.append(module.register_forward_hook(self._post(name)))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _pre(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple) -> None:
+            if self.found is not None:
+                return
+            tensors = _tensors(args)
+            if all_finite(tensors):
+                return
+            parent = self._parents.get(name, "") or "the model"
+            counts = describe_counts(nonfinite_counts(tensors))
+            self.found = _Found(HookEvent("", name, module, "forward_pre", inputs=args),
+                                f"NaN/Inf first produced by code in {parent}'s forward between layers, "
+                                f"first seen in the inputs of layer {name} ({counts})", ORIGIN_INPUTS)
+        return hook
+
+    def _post(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            if self.found is not None:
+                return
+            tensors = _tensors(output)
+            if all_finite(tensors):
+                return
+            counts = describe_counts(nonfinite_counts(tensors))
+            self.found = _Found(HookEvent("", name, module, "forward", inputs=args, output=output),
+                                f"NaN/Inf first produced in layer {name or 'the model'} (forward): {counts}",
+                                ORIGIN_BORN)
+        return hook
+
+
+class _TensorRoles:
+    __slots__ = ("tensor", "inputs_of", "outputs_of")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        self.inputs_of: list[tuple[str, nn.Module, int]] = []
+        self.outputs_of: list[tuple[str, nn.Module, int]] = []
+
+
+class _BackwardProbe:
+    """Replay-only hooks: tensor hooks on every layer's inputs, outputs and parameters.
+
+    One hook per tensor version (``(id, _version)``), knowing every role the
+    tensor plays: the output of one layer is usually the input of the next,
+    and a bad gradient there was born in the layer that consumed it.
+    """
+
+    def __init__(self, named: list[tuple[str, nn.Module]]) -> None:
+        self._named = named
+        self._handles: list[Any] = []
+        self._roles: dict[tuple[int, int], _TensorRoles] = {}
+        self._out_grads: dict[str, list[Any]] = {}
+        self.found: _Found | None = None
+
+    def install(self) -> None:
+        for name, module in self._named:
+            self._handles.append(module.register_forward_pre_hook(self._pre(name)))
+            self._handles.append(module.register_forward_hook(self._post(name)))
+            for pname, param in module.named_parameters(recurse=False):
+                if param.requires_grad:
+                    self._handles.append(param.register_hook(self._param_hook(name, module, pname, param)))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _roles_of(self, tensor: torch.Tensor) -> _TensorRoles:
+        key = (id(tensor), tensor._version)
+        roles = self._roles.get(key)
+        if roles is None:
+            roles = self._roles[key] = _TensorRoles(tensor)
+            tensor.register_hook(self._tensor_hook(roles))
+        return roles
+
+    def _pre(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple) -> None:
+            for i, arg in enumerate(args):
+                if isinstance(arg, torch.Tensor) and arg.requires_grad:
+                    self._roles_of(arg).inputs_of.append((name, module, i))
+        return hook
+
+    def _post(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            outs = _tensors(output)
+            self._out_grads[name] = [None] * len(outs)
+            for j, tensor in enumerate(outs):
+                if tensor.requires_grad:
+                    self._roles_of(tensor).outputs_of.append((name, module, j))
+        return hook
+
+    def _tensor_hook(self, roles: _TensorRoles) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            for name, _, j in roles.outputs_of:
+                slots = self._out_grads.get(name)
+                if slots is not None and j < len(slots):
+                    slots[j] = grad
+            if self.found is not None or all_finite([grad]):
+                return
+            counts = describe_counts(nonfinite_counts([grad]))
+            if roles.inputs_of:
+                name, module, i = max(roles.inputs_of, key=lambda r: _depth(r[0]))
+                grad_input: list[Any] = [None] * (i + 1)
+                grad_input[i] = grad
+                self.found = _Found(
+                    HookEvent("", name, module, "backward", grad_input=tuple(grad_input),
+                              grad_output=tuple(self._out_grads.get(name, ()))),
+                    f"NaN/Inf first produced in layer {name or 'the model'} (backward): {counts} in the "
+                    "gradient of its input", ORIGIN_BORN)
+                return
+            name, module, j = max(roles.outputs_of, key=lambda r: _depth(r[0]))
+            if not name:
+                reason, origin = f"NaN/Inf in the gradient reaching the model output ({counts}): it came in from the loss", ORIGIN_LOSS
+            else:
+                parent = name.rpartition(".")[0] or "the model"
+                reason, origin = (f"NaN/Inf in the gradient reaching the output of layer {name} ({counts}): "
+                                  f"first produced by code after it in {parent}'s forward"), ORIGIN_INPUTS
+            self.found = _Found(HookEvent("", name, module, "backward",
+                                          grad_output=tuple(self._out_grads.get(name, ()))), reason, origin)
+        return hook
+
+    def _param_hook(self, name: str, module: nn.Module, pname: str,
+                    param: torch.Tensor) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            if self.found is not None or all_finite([grad]):
+                return
+            counts = describe_counts(nonfinite_counts([grad]))
+            self.found = _Found(HookEvent("", name, module, "param_grad", param_name=pname, grad=grad,
+                                          extra={"param": param}),
+                                f"NaN/Inf first produced in layer {name or 'the model'} (backward): {counts} "
+                                f"in the gradient of {pname}", ORIGIN_BORN)
+        return hook
+
+
+class NonFiniteWatch:
+    """Break on NaN/Inf across every model of the engine."""
+
+    def __init__(self, fire: FireFn, notice: NoticeFn, step_of: Callable[[str], int]) -> None:
+        self._fire = fire
+        self._notice = notice
+        self._step_of = step_of
+        self.sentinels: dict[str, RootSentinel] = {}
+        self._optimizer_handle: Any = None
+
+    @property
+    def enabled(self) -> bool:
+        return self._optimizer_handle is not None or bool(self.sentinels)
+
+    @property
+    def hook_count(self) -> int:
+        return sum(len(s.handles) for s in self.sentinels.values()) + (self._optimizer_handle is not None)
+
+    def add(self, model_id: str, root: nn.Module) -> None:
+        if model_id in self.sentinels:
+            return
+        sentinel = RootSentinel(model_id, root, self._fire_for(model_id), self._notice, self._step_of)
+        sentinel.install()
+        self.sentinels[model_id] = sentinel
+        if self._optimizer_handle is None:
+            self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_pre)
+
+    def remove_model(self, model_id: str) -> int:
+        sentinel = self.sentinels.pop(model_id, None)
+        removed = sentinel.remove() if sentinel is not None else 0
+        if not self.sentinels and self._optimizer_handle is not None:
+            self._optimizer_handle.remove()
+            self._optimizer_handle = None
+            removed += 1
+        return removed
+
+    def clear(self) -> int:
+        return sum(self.remove_model(m) for m in list(self.sentinels)) + self._drop_optimizer_hook()
+
+    def _drop_optimizer_hook(self) -> int:
+        if self._optimizer_handle is None:
+            return 0
+        self._optimizer_handle.remove()
+        self._optimizer_handle = None
+        return 1
+
+    def _fire_for(self, model_id: str) -> FireFn:
+        def fire(event: HookEvent, reason: str, origin: str | None) -> None:
+            event.model = model_id
+            self._fire(event, reason, origin)
+        return fire
+
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        for sentinel in list(self.sentinels.values()):
+            sentinel.check_if_unchecked()
