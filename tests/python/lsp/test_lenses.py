@@ -1,0 +1,160 @@
+"""Code lenses and hovers over stdio, including live summaries from the extension."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+from .helpers import FIXTURES, open_document, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+ALL_STYLES = FIXTURES / "layers_all_styles.py"
+
+
+def marked_sites(text: str) -> set[tuple[int, str, str]]:
+    """(0-based line, 'definition'|'call', layer path) from ``# @def`` / ``# @call`` markers."""
+    sites = set()
+    for index, line in enumerate(text.splitlines()):
+        match = re.search(r"# @(def|call) ?(.*)$", line)
+        if match:
+            site = "definition" if match.group(1) == "def" else "call"
+            for path in match.group(2).split(","):
+                sites.add((index, site, path.strip()))
+    return sites
+
+
+async def lenses_for(client: LanguageClient, uri: str) -> list[types.CodeLens]:
+    result = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    return result or []
+
+
+async def test_lenses_sit_on_every_definition_style_and_call_site(client: LanguageClient):
+    text = ALL_STYLES.read_text()
+    uri = open_document(client, ALL_STYLES)
+    lenses = await lenses_for(client, uri)
+
+    found = set()
+    for lens in lenses:
+        argument = lens.command.arguments[0]
+        assert argument["uri"] == uri
+        assert lens.range.start.line == argument["line"], "a lens sits on the line it names"
+        found.add((argument["line"], argument["site"], argument["layer"]))
+    assert found == marked_sites(text)
+
+
+async def test_each_layer_gets_three_lenses_with_the_extension_commands(client: LanguageClient):
+    uri = open_document(client, ALL_STYLES)
+    lenses = await lenses_for(client, uri)
+    stem = [lens for lens in lenses if lens.command.arguments[0]["layer"] == "stem" and lens.command.arguments[0]["site"] == "definition"]
+    assert [lens.command.title for lens in stem] == ["Break on forward", "Break on backward", "Watch"]
+    forward, backward, watch = (lens.command for lens in stem)
+    line = stem[0].range.start.line
+    assert forward.command == backward.command == "hookscope.toggleLayerBreakpoint"
+    assert forward.arguments[0]["phase"] == "forward" and backward.arguments[0]["phase"] == "backward"
+    assert watch.command == "hookscope.watchLayer" and "phase" not in watch.arguments[0]
+    assert forward.arguments[0]["line"] == line and forward.arguments[0]["cls"] == "Conv2d"
+    assert forward.arguments[0]["owner"] == "Net"
+    # a call site names the line of its definition too
+    call = next(lens for lens in lenses if lens.command.arguments[0]["site"] == "call" and lens.command.arguments[0]["layer"] == "stem")
+    assert call.command.arguments[0]["definitionLine"] == line
+    assert call.range.start.line > line
+
+
+async def test_lines_with_several_layers_name_each_one(client: LanguageClient):
+    uri = open_document(client, ALL_STYLES)
+    lenses = await lenses_for(client, uri)
+    titles = [lens.command.title for lens in lenses if lens.command.arguments[0]["layer"] in ("blocks", "blocks.0")]
+    assert "blocks: Break on forward" in titles
+    assert "blocks[0]: Break on forward" in titles
+
+
+def live_payload(path, line_conv1: int, nan: int = 0) -> dict:
+    return {
+        "layers": {
+            "conv1": {"shape": [8, 8, 32, 32], "mean": 0.25, "std": 1.5, "nan": nan, "gradNorm": 0.0123,
+                      "file": str(path), "line": line_conv1},
+            "fc": {"shape": [8, 2], "mean": -0.1, "std": 0.5, "nan": 0, "gradNorm": None},
+        }
+    }
+
+
+async def test_live_summaries_change_lens_titles_and_hovers(client: LanguageClient):
+    path = FIXTURES / "live_model.py"
+    text = path.read_text()
+    uri = open_document(client, path)
+    conv_line = next(i for i, line in enumerate(text.splitlines()) if "self.conv1 = " in line)
+    before = await lenses_for(client, uri)
+    assert not any(lens.command.title.startswith("out ") for lens in before)
+
+    refreshes = client.lens_refreshes  # type: ignore[attr-defined]
+    client.protocol.notify("hookscope/liveSummaries", live_payload(path, conv_line + 1, nan=3))
+    await wait_until(lambda: client.lens_refreshes > refreshes, "workspace/codeLens/refresh")  # type: ignore[attr-defined]
+
+    lenses = await lenses_for(client, uri)
+    conv_titles = [lens.command.title for lens in lenses if lens.range.start.line == conv_line]
+    assert "out [8, 8, 32, 32] · 3 NaN" in conv_titles
+    # matched by name (no file given): the definition and the call site of fc
+    fc_titles = {lens.range.start.line: lens.command.title for lens in lenses
+                 if lens.command.arguments[0]["layer"] == "fc" and lens.command.title.startswith("out ")}
+    assert set(fc_titles.values()) == {"out [8, 2]"} and len(fc_titles) == 2
+
+    call_line = next(i for i, line in enumerate(text.splitlines()) if "self.conv1(x)" in line)
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri),
+                          position=types.Position(line=call_line, character=text.splitlines()[call_line].index("conv1") + 2))
+    )
+    assert hover is not None
+    value = hover.contents.value  # type: ignore[union-attr]
+    assert "`Conv2d`" in value and "[8, 8, 32, 32]" in value and "| 3 |" in value and "0.0123" in value
+
+    # an empty payload clears: titles go back
+    client.protocol.notify("hookscope/liveSummaries", {"layers": {}})
+    await wait_until(lambda: client.lens_refreshes > refreshes + 1, "a second refresh")  # type: ignore[attr-defined]
+    after = await lenses_for(client, uri)
+    assert not any(lens.command.title.startswith("out ") for lens in after)
+
+
+async def test_live_summary_names_with_dots_reach_the_right_entry(client: LanguageClient):
+    uri = open_document(client, ALL_STYLES)
+    refreshes = client.lens_refreshes  # type: ignore[attr-defined]
+    client.protocol.notify(
+        "hookscope/liveSummaries",
+        {"uri": uri, "layers": {"features.0": {"shape": [1, 32, 8, 8]}, "heads.cls": {"shape": [1, 10]}}},
+    )
+    await wait_until(lambda: client.lens_refreshes > refreshes, "workspace/codeLens/refresh")  # type: ignore[attr-defined]
+    lenses = await lenses_for(client, uri)
+    live = {lens.command.arguments[0]["layer"]: lens.command.title for lens in lenses if lens.command.title.startswith("out ")}
+    assert live == {"features.0": "out [1, 32, 8, 8]", "heads.cls": "out [1, 10]"}
+
+
+async def test_hover_on_definition_shows_class_and_arguments(client: LanguageClient):
+    text = ALL_STYLES.read_text()
+    uri = open_document(client, ALL_STYLES)
+    line = next(i for i, l in enumerate(text.splitlines()) if "self.stem = " in l)
+    column = text.splitlines()[line].index("stem")
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=column + 1))
+    )
+    assert hover is not None
+    value = hover.contents.value  # type: ignore[union-attr]
+    assert "**stem**" in value and "`Conv2d`" in value and "in `Net`" in value
+    assert "torch.nn.Conv2d(3, 16, kernel_size=3, padding=1)" in value
+    assert hover.range.start == types.Position(line=line, character=column)
+
+    block_line = next(i for i, l in enumerate(text.splitlines()) if "self.block = " in l)
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri),
+                          position=types.Position(line=block_line, character=text.splitlines()[block_line].index("block") + 1))
+    )
+    assert hover is not None and "`ConvBlock` (defined in this file)" in hover.contents.value  # type: ignore[union-attr]
+
+    nothing = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=1))
+    )
+    assert nothing is None
