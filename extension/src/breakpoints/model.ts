@@ -1,0 +1,293 @@
+// Layer breakpoints as the editor keeps them: pure data and operations, no `vscode`.
+//
+// A breakpoint sits on a source line (a layer's definition `self.conv1 = nn.Conv2d(...)`,
+// a call site `x = self.conv1(x)` or an `nn.Sequential` entry) or, when made from the
+// Layers tree, on a layer name. It follows edits that move its line, turns into the
+// protocol's BreakpointSpec, and carries what each connected process resolved it to.
+
+import type { BreakpointSpec, Phase } from '../protocol/messages.gen';
+
+export type PhaseChoice = 'forward' | 'backward' | 'both';
+
+export interface BreakpointCondition {
+  kind: 'always' | 'nonfinite' | 'grad_norm_below' | 'grad_norm_above' | 'absmax_above' | 'expression';
+  threshold?: number;
+  expression?: string;
+}
+
+export interface LayerBreakpoint {
+  id: string;
+  /** Document URI (string form) of the line. */
+  uri: string;
+  /** File system path of that document, sent to the backend. */
+  file: string;
+  /** 0-based line, as the editor counts. */
+  line: number;
+  /** Set when the breakpoint names a layer rather than a line (made from the Layers tree). */
+  layer?: string;
+  phases: Phase[];
+  condition?: BreakpointCondition;
+  /** Pause on the Nth hit only. */
+  hitCount?: number;
+  enabled: boolean;
+}
+
+/** What the connected processes made of a breakpoint (not persisted). */
+export interface BreakpointStatus {
+  /** Layers matched, over all processes. */
+  layers: string[];
+  /** Set when at least one process had models and none matched: shown with a warning. */
+  problem?: string;
+}
+
+export function phasesOf(choice: PhaseChoice): Phase[] {
+  return choice === 'both' ? ['forward', 'backward'] : [choice];
+}
+
+export function phaseChoiceOf(phases: readonly Phase[]): PhaseChoice {
+  const f = phases.includes('forward') || phases.includes('forward_pre');
+  const b = phases.includes('backward') || phases.includes('param_grad');
+  return f && b ? 'both' : b ? 'backward' : 'forward';
+}
+
+/** "grad norm < 1e-6", "NaN/Inf", "hit 3"... for labels and tooltips. */
+export function describeCondition(bp: Pick<LayerBreakpoint, 'condition' | 'hitCount'>): string {
+  const parts: string[] = [];
+  const c = bp.condition;
+  if (c && c.kind !== 'always') {
+    switch (c.kind) {
+      case 'nonfinite': parts.push('NaN/Inf'); break;
+      case 'grad_norm_below': parts.push(`grad norm < ${c.threshold}`); break;
+      case 'grad_norm_above': parts.push(`grad norm > ${c.threshold}`); break;
+      case 'absmax_above': parts.push(`|x|max > ${c.threshold}`); break;
+      case 'expression': parts.push(`if ${c.expression}`); break;
+    }
+  }
+  if (bp.hitCount !== undefined) parts.push(`hit ${bp.hitCount}`);
+  return parts.join(', ');
+}
+
+/** The protocol form of a breakpoint. */
+export function toSpec(bp: LayerBreakpoint): BreakpointSpec {
+  const spec: BreakpointSpec = { id: bp.id, phases: [...bp.phases], enabled: bp.enabled };
+  if (bp.layer) {
+    spec.layer = bp.layer;
+  } else {
+    spec.file = bp.file;
+    spec.line = bp.line + 1;
+  }
+  if (bp.condition && bp.condition.kind !== 'always') {
+    const condition: Record<string, unknown> = { kind: bp.condition.kind };
+    if (bp.condition.threshold !== undefined) condition.threshold = bp.condition.threshold;
+    if (bp.condition.expression !== undefined) condition.expression = bp.condition.expression;
+    spec.condition = condition;
+  }
+  if (bp.hitCount !== undefined) spec.hitCount = bp.hitCount;
+  return spec;
+}
+
+/** One edit of a document, in the coordinates before the edit. */
+export interface LineChange {
+  startLine: number;
+  endLine: number;
+  /** Number of line breaks in the inserted text. */
+  insertedLines: number;
+  /** The edit starts at or before the first non-blank character of its start line. */
+  atLineStart: boolean;
+}
+
+/**
+ * Where a breakpoint on `line` goes after `change`, like a sticky editor decoration:
+ * lines above stay, lines below shift, a line whose text was pushed down by an insertion
+ * at its start moves with it, and a line deleted by the change collapses onto its start.
+ */
+export function mapLine(line: number, change: LineChange): number {
+  const delta = change.insertedLines - (change.endLine - change.startLine);
+  if (line < change.startLine) return line;
+  if (line > change.endLine) return line + delta;
+  if (line === change.startLine) {
+    const pureInsertion = change.startLine === change.endLine;
+    return pureInsertion && change.atLineStart ? line + change.insertedLines : line;
+  }
+  // Inside the replaced range: its text is gone; keep the breakpoint on the first line of the edit.
+  return change.startLine;
+}
+
+let idCounter = 0;
+export function newBreakpointId(): string {
+  idCounter += 1;
+  return `lbp-${Date.now().toString(36)}-${idCounter}`;
+}
+
+/** The list of layer breakpoints of one workspace, with the operations the commands need. */
+export class BreakpointModel {
+  private items: LayerBreakpoint[];
+
+  constructor(initial: LayerBreakpoint[] = []) {
+    this.items = initial.filter(isLayerBreakpoint).map((bp) => ({ ...bp }));
+  }
+
+  all(): readonly LayerBreakpoint[] {
+    return this.items;
+  }
+
+  get(id: string): LayerBreakpoint | undefined {
+    return this.items.find((bp) => bp.id === id);
+  }
+
+  atLine(uri: string, line: number): LayerBreakpoint | undefined {
+    return this.items.find((bp) => bp.uri === uri && bp.line === line && !bp.layer);
+  }
+
+  forLayer(layer: string): LayerBreakpoint | undefined {
+    return this.items.find((bp) => bp.layer === layer);
+  }
+
+  inDocument(uri: string): LayerBreakpoint[] {
+    return this.items.filter((bp) => bp.uri === uri);
+  }
+
+  add(bp: Omit<LayerBreakpoint, 'id'> & { id?: string }): LayerBreakpoint {
+    const created: LayerBreakpoint = { ...bp, id: bp.id ?? newBreakpointId() };
+    this.items.push(created);
+    return created;
+  }
+
+  /**
+   * Toggle on a line: add one with `choice` phases; if one exists with the same phases
+   * remove it; with other phases, change them (so "toggle backward" on a forward
+   * breakpoint switches it rather than deleting it). Returns what is there now.
+   */
+  toggleLine(uri: string, file: string, line: number, choice: PhaseChoice): LayerBreakpoint | undefined {
+    const existing = this.atLine(uri, line);
+    if (!existing) return this.add({ uri, file, line, phases: phasesOf(choice), enabled: true });
+    if (phaseChoiceOf(existing.phases) === choice) {
+      this.remove(existing.id);
+      return undefined;
+    }
+    existing.phases = phasesOf(choice);
+    existing.enabled = true;
+    return existing;
+  }
+
+  /** Turn one phase of a layer breakpoint on or off (the Layers tree's forward/backward switches). */
+  setLayerPhase(layer: string, location: { uri: string; file: string; line: number }, phase: 'forward' | 'backward', on: boolean): LayerBreakpoint | undefined {
+    const existing = this.forLayer(layer);
+    if (!existing) {
+      if (!on) return undefined;
+      return this.add({ ...location, layer, phases: [phase], enabled: true });
+    }
+    const phases = new Set(existing.phases);
+    if (on) phases.add(phase);
+    else phases.delete(phase);
+    if (phases.size === 0) {
+      this.remove(existing.id);
+      return undefined;
+    }
+    existing.phases = [...phases].sort((a, b) => phaseOrder(a) - phaseOrder(b));
+    existing.enabled = true;
+    return existing;
+  }
+
+  update(id: string, patch: Partial<Omit<LayerBreakpoint, 'id'>>): LayerBreakpoint | undefined {
+    const bp = this.get(id);
+    if (!bp) return undefined;
+    Object.assign(bp, patch);
+    for (const [key, value] of Object.entries(patch)) {
+      if (value === undefined) delete (bp as unknown as Record<string, unknown>)[key];
+    }
+    return bp;
+  }
+
+  remove(id: string): boolean {
+    const before = this.items.length;
+    this.items = this.items.filter((bp) => bp.id !== id);
+    return this.items.length !== before;
+  }
+
+  clear(): number {
+    const n = this.items.length;
+    this.items = [];
+    return n;
+  }
+
+  /**
+   * Apply a document's edits (each in pre-edit coordinates) to its line breakpoints.
+   * Returns true when any moved. Breakpoints that land on the same line are merged.
+   */
+  applyEdits(uri: string, changes: readonly LineChange[]): boolean {
+    // Bottom-up, so that each change's coordinates are still valid when it is applied.
+    const ordered = [...changes].sort((a, b) => b.startLine - a.startLine);
+    let moved = false;
+    for (const bp of this.items) {
+      if (bp.uri !== uri) continue;
+      let line = bp.line;
+      for (const change of ordered) line = mapLine(line, change);
+      if (line !== bp.line) {
+        bp.line = line;
+        moved = true;
+      }
+    }
+    if (moved) {
+      const seen = new Set<string>();
+      this.items = this.items.filter((bp) => {
+        if (bp.uri !== uri || bp.layer) return true;
+        const key = `${bp.line}`;
+        if (seen.has(key)) return false;
+        seen.add(key);
+        return true;
+      });
+    }
+    return moved;
+  }
+
+  specs(): BreakpointSpec[] {
+    return this.items.map(toSpec);
+  }
+
+  toJSON(): LayerBreakpoint[] {
+    return this.items.map((bp) => ({ ...bp }));
+  }
+}
+
+function phaseOrder(phase: Phase): number {
+  return ['forward_pre', 'forward', 'backward', 'param_grad'].indexOf(phase);
+}
+
+/** Guards what comes back from workspaceState (an older or corrupted entry is dropped, not trusted). */
+export function isLayerBreakpoint(value: unknown): value is LayerBreakpoint {
+  const v = value as LayerBreakpoint;
+  return (
+    !!v && typeof v === 'object' && typeof v.id === 'string' && typeof v.uri === 'string' &&
+    typeof v.file === 'string' && Number.isInteger(v.line) && v.line >= 0 && Array.isArray(v.phases) &&
+    v.phases.length > 0 && typeof v.enabled === 'boolean'
+  );
+}
+
+/**
+ * What the processes made of each breakpoint: layers matched, or a problem when some
+ * process knows models and none matched. `perProcess` is each process's resolution list
+ * and whether it has any model yet.
+ */
+export function breakpointStatuses(
+  ids: readonly string[],
+  perProcess: readonly { hasModels: boolean; resolutions: readonly { id: string; layers: readonly string[]; error?: string }[] }[],
+): Map<string, BreakpointStatus> {
+  const out = new Map<string, BreakpointStatus>();
+  for (const id of ids) {
+    const layers = new Set<string>();
+    let judged = false;
+    let error: string | undefined;
+    for (const p of perProcess) {
+      const r = p.resolutions.find((x) => x.id === id);
+      if (!r) continue;
+      r.layers.forEach((l) => layers.add(l));
+      if (r.error) error ??= r.error;
+      if (p.hasModels || r.error) judged = true;
+    }
+    const status: BreakpointStatus = { layers: [...layers].sort() };
+    if (layers.size === 0 && judged) status.problem = error ?? 'matches no layer of the models found';
+    out.set(id, status);
+  }
+  return out;
+}

@@ -1,0 +1,44 @@
+// Typed access to the `hookscope.*` settings.
+
+import * as vscode from 'vscode';
+import { Settings } from '../constants';
+
+function config(scope?: vscode.ConfigurationScope): vscode.WorkspaceConfiguration {
+  return vscode.workspace.getConfiguration(Settings.section, scope);
+}
+
+/** Interpreter chosen for Hookscope explicitly (overrides the Python extension's). */
+export function pythonPathSetting(scope?: vscode.ConfigurationScope): string | undefined {
+  const value = config(scope).get<string>(Settings.pythonPath, '').trim();
+  return value || undefined;
+}
+
+/** A checkout of the hookscope Python package, offered for `pip install -e` when the package is missing. */
+export function backendPathSetting(): string | undefined {
+  const value = config().get<string>(Settings.backendPath, '').trim();
+  return value || undefined;
+}
+
+/** How often a watched layer's summaries refresh while the program runs. */
+export function summaryRateHz(): number {
+  const value = config().get<number>(Settings.summaryRateHz, 4);
+  return Number.isFinite(value) && value > 0 ? Math.min(value, 30) : 4;
+}
+
+export function breakOnNonFiniteSetting(): boolean {
+  return config().get<boolean>(Settings.breakOnNonFinite, false);
+}
+
+export async function setBreakOnNonFiniteSetting(on: boolean): Promise<void> {
+  const target = vscode.workspace.workspaceFolders?.length ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global;
+  await config().update(Settings.breakOnNonFinite, on, target);
+}
+
+export function traceFileSetting(): string | undefined {
+  const value = config().get<string>(Settings.traceFile, '').trim();
+  return value || undefined;
+}
+
+export function affects(event: vscode.ConfigurationChangeEvent, key: string): boolean {
+  return event.affectsConfiguration(`${Settings.section}.${key}`);
+}

@@ -1,0 +1,54 @@
+// Every command, view, setting and state id the extension uses, in one place.
+
+export const EXTENSION_ID = 'hookscope.hookscope';
+export const DEBUG_TYPE = 'hookscope';
+/** Debug types whose launches Hookscope joins. */
+export const PYTHON_DEBUG_TYPES = ['debugpy', 'python', DEBUG_TYPE] as const;
+
+export const Commands = {
+  toggleLayerBreakpoint: 'hookscope.toggleLayerBreakpoint',
+  toggleForwardBreakpoint: 'hookscope.toggleForwardBreakpoint',
+  toggleBackwardBreakpoint: 'hookscope.toggleBackwardBreakpoint',
+  watchLayer: 'hookscope.watchLayer',
+  toggleBreakOnNonFinite: 'hookscope.toggleBreakOnNonFinite',
+  breakOnNonFiniteOn: 'hookscope.breakOnNonFiniteOn',
+  breakOnNonFiniteOff: 'hookscope.breakOnNonFiniteOff',
+  editLayerBreakpointCondition: 'hookscope.editLayerBreakpointCondition',
+  removeLayerBreakpoint: 'hookscope.removeLayerBreakpoint',
+  removeAllLayerBreakpoints: 'hookscope.removeAllLayerBreakpoints',
+  revealBreakpoint: 'hookscope.revealBreakpoint',
+  showTensors: 'hookscope.showTensors',
+  revealLayer: 'hookscope.revealLayer',
+  removeAllHooks: 'hookscope.removeAllHooks',
+  listHooks: 'hookscope.listHooks',
+  addIntervention: 'hookscope.addIntervention',
+  removeAllInterventions: 'hookscope.removeAllInterventions',
+  installBackend: 'hookscope.installBackend',
+  showLog: 'hookscope.showLog',
+} as const;
+
+export const Views = {
+  layers: 'hookscope.layers',
+  layerBreakpoints: 'hookscope.layerBreakpoints',
+  tensors: 'hookscope.tensors',
+} as const;
+
+export const Settings = {
+  section: 'hookscope',
+  pythonPath: 'pythonPath',
+  backendPath: 'backendPath',
+  summaryRateHz: 'summaryRateHz',
+  breakOnNonFinite: 'breakOnNonFinite',
+  traceFile: 'traceFile',
+  diagnostics: 'diagnostics',
+} as const;
+
+export const ContextKeys = {
+  breakOnNonFinite: 'hookscope.breakOnNonFinite',
+  connected: 'hookscope.connected',
+  paused: 'hookscope.paused',
+} as const;
+
+export const StateKeys = {
+  layerBreakpoints: 'hookscope.layerBreakpoints.v1',
+} as const;

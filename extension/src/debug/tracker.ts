@@ -1,0 +1,156 @@
+// Follows the Python debug sessions Hookscope joined: which session owns which backend
+// processes, when the debugger stops, continues or ends. A `stopped` event that follows a
+// layer-breakpoint hit gets the hit's reason as its description ("Layer breakpoint:
+// layer1.0.conv1 (backward)"), which the Call Stack view shows. When a session ends its
+// processes are told goodbye and their state is cleared.
+
+import * as vscode from 'vscode';
+import type { BackendHub, ProcessState } from '../backend/hub';
+import type { HitMessage } from '../protocol/messages.gen';
+import type { ExtensionLog } from '../common/log';
+import { PYTHON_DEBUG_TYPES } from '../constants';
+import { ATTACH_PROPERTY, type AttachInjection } from './configurationProvider';
+import { SESSION_KEY_PROPERTY } from './launchEnv';
+
+/** A hit is matched to the debugger's next `stopped` event when it came at most this long before. */
+const HIT_MATCH_WINDOW_MS = 10000;
+
+const RESUMING_REQUESTS = new Set(['continue', 'next', 'stepIn', 'stepOut', 'reverseContinue', 'stepBack', 'goto']);
+
+interface DapMessage {
+  type: string;
+  event?: string;
+  command?: string;
+  success?: boolean;
+  body?: Record<string, unknown>;
+}
+
+export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, vscode.Disposable {
+  private readonly sessions = new Map<string, vscode.DebugSession>(); // hookscope key -> session
+  private readonly recentHits = new Map<string, { hit: HitMessage; process: ProcessState; at: number }>(); // key -> last hit
+  private readonly disposables: vscode.Disposable[] = [];
+  private readonly stoppedEmitter = new vscode.EventEmitter<{ session: vscode.DebugSession; reason: string; description?: string }>();
+  private readonly continuedEmitter = new vscode.EventEmitter<vscode.DebugSession>();
+  /** The debugger stopped in a session Hookscope joined. */
+  readonly onDidStop = this.stoppedEmitter.event;
+  readonly onDidContinue = this.continuedEmitter.event;
+
+  constructor(private readonly hub: BackendHub, private readonly log: ExtensionLog) {
+    this.disposables.push(
+      this.stoppedEmitter,
+      this.continuedEmitter,
+      vscode.debug.onDidStartDebugSession((s) => this.onStart(s)),
+      vscode.debug.onDidTerminateDebugSession((s) => this.onEnd(s)),
+      hub.onHit(({ process, hit }) => {
+        if (hit.pausing) this.recentHits.set(process.sessionKey, { hit, process, at: Date.now() });
+      }),
+    );
+    for (const type of PYTHON_DEBUG_TYPES) {
+      this.disposables.push(vscode.debug.registerDebugAdapterTrackerFactory(type, this));
+    }
+  }
+
+  /** Hookscope's key of a VS Code debug session (child sessions share their parent's). */
+  keyOf(session: vscode.DebugSession | undefined): string | undefined {
+    for (let s = session; s; s = s.parentSession) {
+      const key = s.configuration[SESSION_KEY_PROPERTY];
+      if (typeof key === 'string') return key;
+    }
+    return undefined;
+  }
+
+  sessionFor(key: string): vscode.DebugSession | undefined {
+    return this.sessions.get(key);
+  }
+
+  createDebugAdapterTracker(session: vscode.DebugSession): vscode.DebugAdapterTracker | undefined {
+    const key = this.keyOf(session);
+    if (!key) return undefined;
+    return {
+      onDidSendMessage: (message: DapMessage) => this.onAdapterMessage(session, key, message),
+      onWillReceiveMessage: (message: DapMessage) => {
+        // The user pressed Continue/Step: the paused process runs again (debugpy may not send `continued`).
+        if (message.type === 'request' && RESUMING_REQUESTS.has(message.command ?? '')) {
+          this.recentHits.delete(key);
+          this.resumeProcesses(key);
+        }
+      },
+      onExit: (code, signal) => this.log.debug(`debug adapter of "${session.name}" exited (${code ?? signal})`),
+    };
+  }
+
+  private onAdapterMessage(session: vscode.DebugSession, key: string, message: DapMessage): void {
+    if (message.type === 'response' && message.command === 'configurationDone' && message.success) {
+      const injection = session.configuration[ATTACH_PROPERTY] as AttachInjection | undefined;
+      if (injection) void this.startAgentInAttachedProcess(session, injection);
+      return;
+    }
+    if (message.type !== 'event') return;
+    switch (message.event) {
+      case 'stopped': {
+        const body = (message.body ??= {});
+        const recent = this.recentHits.get(key);
+        let description: string | undefined;
+        if (recent && Date.now() - recent.at < HIT_MATCH_WINDOW_MS && recent.process.paused) {
+          // The hit came over Hookscope's socket just before debugpy paused: name the layer.
+          description = recent.hit.reason;
+          body.description = description;
+          this.recentHits.delete(key);
+        }
+        const reason = String(body.reason ?? '');
+        this.log.event('dap.stopped', { session: key, reason, description: description ?? null, threadId: body.threadId });
+        this.stoppedEmitter.fire({ session, reason, description });
+        return;
+      }
+      case 'continued':
+        this.log.event('dap.continued', { session: key });
+        this.resumeProcesses(key);
+        this.continuedEmitter.fire(session);
+        return;
+      case 'terminated':
+      case 'exited':
+        this.log.event(`dap.${message.event}`, { session: key });
+        return;
+    }
+  }
+
+  /** DAP `continue` resumes every thread: Hookscope's processes in that session are no longer paused. */
+  private resumeProcesses(key: string): void {
+    for (const p of this.hub.processesOfSession(key)) this.hub.markResumed(p);
+  }
+
+  private onStart(session: vscode.DebugSession): void {
+    const key = this.keyOf(session);
+    if (!key || session.parentSession) return;
+    this.sessions.set(key, session);
+    this.log.event('session.started', { session: key, name: session.name, type: session.type });
+  }
+
+  private onEnd(session: vscode.DebugSession): void {
+    const key = this.keyOf(session);
+    if (!key || this.sessions.get(key) !== session) return;
+    this.sessions.delete(key);
+    this.recentHits.delete(key);
+    const processes = this.hub.processesOfSession(key).length;
+    this.log.info(`debug session "${session.name}" ended; ${processes ? `disconnecting ${processes} process(es)` : 'no process left'}`);
+    this.log.event('session.ended', { session: key, processes });
+    this.hub.closeSession(key, 'the debug session ended');
+  }
+
+  /** Attach: start the agent in the running process through DAP evaluate (debugpy runs it on its own thread). */
+  private async startAgentInAttachedProcess(session: vscode.DebugSession, injection: AttachInjection): Promise<void> {
+    const expression =
+      `__import__('sys').path.insert(0, ${JSON.stringify(injection.bootstrapDir)}) or ` +
+      `__import__('hookscope').connect(${JSON.stringify(injection.address)}, ${JSON.stringify(injection.token)})`;
+    try {
+      await session.customRequest('evaluate', { expression, context: 'repl' });
+      this.log.info(`started the Hookscope agent in the attached process of "${session.name}"`);
+    } catch (err) {
+      this.log.warn(`could not start the Hookscope agent in the attached process: ${(err as Error).message}`);
+    }
+  }
+
+  dispose(): void {
+    for (const d of this.disposables.splice(0)) d.dispose();
+  }
+}

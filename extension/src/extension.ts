@@ -1,0 +1,112 @@
+// Hookscope's entry point: wires the services together and hands every disposable to VS Code.
+// No logic of its own beyond the wiring and the user-facing reactions to backend events.
+
+import * as vscode from 'vscode';
+import { BackendHub } from './backend/hub';
+import { LayerBreakpointManager } from './breakpoints/manager';
+import { LayerBreakpointsView } from './breakpoints/treeView';
+import { registerCommands } from './commands';
+import { ExtensionLog } from './common/log';
+import { affects, breakOnNonFiniteSetting, summaryRateHz, traceFileSetting } from './common/settings';
+import { ContextKeys, DEBUG_TYPE, PYTHON_DEBUG_TYPES, Settings, Views } from './constants';
+import { HookscopeAdapterFactory, HookscopeConfigurationProvider } from './debug/configurationProvider';
+import { PythonEnvironment } from './debug/python';
+import { DebugSessionTracker } from './debug/tracker';
+import { LayersView } from './views/layersTree';
+import { PanelController } from './views/panelController';
+import { HookscopeStatusBar } from './views/statusBar';
+import { TensorsViewProvider } from './views/tensorsView';
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  const push = <T extends vscode.Disposable>(d: T): T => {
+    context.subscriptions.push(d);
+    return d;
+  };
+  const log = push(new ExtensionLog(traceFileSetting()));
+  log.event('activated', { version: context.extension.packageJSON.version as string, vscode: vscode.version });
+
+  const hub = new BackendHub({ log, trace: log });
+  push({ dispose: () => hub.dispose() });
+  const python = new PythonEnvironment(log);
+
+  for (const type of PYTHON_DEBUG_TYPES) {
+    push(vscode.debug.registerDebugConfigurationProvider(type, new HookscopeConfigurationProvider(type, hub, python, log)));
+  }
+  push(vscode.debug.registerDebugAdapterDescriptorFactory(DEBUG_TYPE, new HookscopeAdapterFactory(python, log)));
+  const tracker = push(new DebugSessionTracker(hub, log));
+
+  const breakpoints = push(new LayerBreakpointManager(context, hub, log));
+  push(new LayerBreakpointsView(breakpoints));
+  const layers = push(new LayersView(hub, breakpoints, log));
+  const panel = new PanelController(hub, log, log, summaryRateHz);
+  push({ dispose: () => panel.dispose() });
+  const tensors = push(new TensorsViewProvider(context.extensionUri, panel, log));
+  push(vscode.window.registerWebviewViewProvider(Views.tensors, tensors, { webviewOptions: { retainContextWhenHidden: true } }));
+  const statusBar = push(new HookscopeStatusBar(hub));
+
+  for (const d of registerCommands({ hub, breakpoints, layers, panel, tensors, python, log })) push(d);
+
+  // Break on NaN/Inf: the setting is the source of truth (status bar, view title and panel flip it).
+  const applyBreakOnNonFinite = () => {
+    const on = breakOnNonFiniteSetting();
+    statusBar.setBreakOnNonFinite(on);
+    panel.setBreakOnNonFinite(on);
+    void vscode.commands.executeCommand('setContext', ContextKeys.breakOnNonFinite, on);
+    void hub.setBreakOnNonFinite(on);
+  };
+  applyBreakOnNonFinite();
+
+  push(vscode.workspace.onDidChangeConfiguration((e) => {
+    if (affects(e, Settings.breakOnNonFinite)) applyBreakOnNonFinite();
+    if (affects(e, Settings.traceFile)) log.setTraceFile(traceFileSetting());
+    if (affects(e, Settings.pythonPath)) python.reset();
+    if (affects(e, Settings.summaryRateHz)) void panel.updateWatches();
+  }));
+
+  // Clear messages for what goes wrong, without flooding the user.
+  const shownNotices = new Set<string>();
+  push(hub.onDidReject(({ reason }) => {
+    if (reason.startsWith('protocol version mismatch')) {
+      void vscode.window.showErrorMessage(`Hookscope: ${reason}`);
+    } else if (reason === 'token refused') {
+      void vscode.window.showWarningMessage(
+        'Hookscope refused a connection with a wrong token (a process from another window or an old session).');
+    } else {
+      log.warn(`a connection was closed before its hello: ${reason}`);
+    }
+  }));
+  push(hub.onDidConnect((p) => {
+    void vscode.commands.executeCommand('setContext', ContextKeys.connected, true);
+    if (!p.debugger) log.info(`${p.label} runs without a debugger: layer breakpoints will be logged, not paused`);
+  }));
+  push(hub.onDidExit(({ process, reason }) => {
+    vscode.window.setStatusBarMessage(`Hookscope: ${process.label} exited (${reason})`, 5000);
+    if (hub.processes().length === 0) void vscode.commands.executeCommand('setContext', ContextKeys.connected, false);
+  }));
+  push(hub.onNotice(({ process, notice }) => {
+    const key = `${process.sessionKey}/${notice.code ?? notice.message}`;
+    if (notice.level === 'info' || shownNotices.has(key)) return;
+    shownNotices.add(key);
+    const show = notice.level === 'error' ? vscode.window.showErrorMessage : vscode.window.showWarningMessage;
+    void show(`Hookscope (${process.label}): ${notice.message}`);
+  }));
+  push(hub.onHit(({ hit }) => {
+    void vscode.commands.executeCommand('setContext', ContextKeys.paused, hit.pausing);
+    if (hit.pausing) void tensors.reveal();
+  }));
+  push(hub.onResumed(() => void vscode.commands.executeCommand('setContext', ContextKeys.paused, false)));
+  push(tracker.onDidStop(({ description }) => {
+    if (description) log.info(`stopped: ${description}`);
+  }));
+
+  try {
+    await hub.start();
+  } catch (err) {
+    log.error(`could not listen on 127.0.0.1: ${(err as Error).message}`);
+    void vscode.window.showErrorMessage(`Hookscope could not open its local port: ${(err as Error).message}`);
+  }
+}
+
+export function deactivate(): void {
+  // Everything is in context.subscriptions: the hub says goodbye to each process there.
+}

@@ -1,0 +1,168 @@
+// The Tensors panel's state on the host side: a pure reducer over what the backend
+// reports (hits, live summaries, replies) plus `panelView`, which derives the header
+// ("Not connected" / "Waiting for the first forward…" / "Paused in layer X (phase)")
+// and the table the webview draws. No `vscode`: unit-tested directly.
+
+import type { HitMessage, TensorSummary } from '../protocol/messages.gen';
+import type { PanelIntervention, PanelNotice, PanelTarget, PanelView } from '../protocol/webview';
+
+export interface PanelState {
+  processes: { id: string; label: string }[];
+  target?: PanelTarget;
+  paused?: { processId: string; model: string; layer: string; phase: string; reason: string; step: number; origin?: string };
+  /** Latest summary of each tensor of the target, by path ('output', 'grad_output[0]', 'weight.grad'...). */
+  tensors: TensorSummary[];
+  phase?: string;
+  step?: number;
+  interventions: Record<string, PanelIntervention[]>;
+  notices: PanelNotice[];
+  breakOnNonFinite: boolean;
+  revision: number;
+}
+
+export type PanelAction =
+  | { type: 'processes'; processes: { id: string; label: string }[] }
+  | { type: 'select'; target: PanelTarget }
+  | { type: 'hit'; processId: string; processLabel: string; hit: HitMessage; cls?: string }
+  | { type: 'resumed'; processId: string }
+  | { type: 'summaries'; processId: string; model: string; layer: string; phase?: string; step: number; tensors: TensorSummary[] }
+  | { type: 'interventions'; processId: string; interventions: PanelIntervention[] }
+  | { type: 'notice'; notice: PanelNotice }
+  | { type: 'exited'; processId: string; label: string; reason: string }
+  | { type: 'breakOnNonFinite'; enabled: boolean };
+
+export const MAX_NOTICES = 4;
+
+export function initialPanelState(): PanelState {
+  return { processes: [], tensors: [], interventions: {}, notices: [], breakOnNonFinite: false, revision: 0 };
+}
+
+function sameTarget(t: PanelTarget | undefined, processId: string, model: string, layer: string): boolean {
+  return !!t && t.processId === processId && t.model === model && t.layer === layer;
+}
+
+/** Newer summaries replace older ones of the same path; order: inputs, outputs, gradients, parameters as they come. */
+export function mergeTensors(old: readonly TensorSummary[], fresh: readonly TensorSummary[]): TensorSummary[] {
+  const byPath = new Map(old.map((t) => [t.path, t] as const));
+  for (const t of fresh) byPath.set(t.path, t);
+  return [...byPath.values()];
+}
+
+export function panelReducer(state: PanelState, action: PanelAction): PanelState {
+  switch (action.type) {
+    case 'processes': {
+      const ids = new Set(action.processes.map((p) => p.id));
+      const targetGone = state.target && !ids.has(state.target.processId);
+      return {
+        ...state,
+        processes: action.processes,
+        target: targetGone ? undefined : state.target,
+        tensors: targetGone ? [] : state.tensors,
+        paused: state.paused && ids.has(state.paused.processId) ? state.paused : undefined,
+        revision: targetGone ? state.revision + 1 : state.revision,
+      };
+    }
+    case 'select': {
+      const t = action.target;
+      if (sameTarget(state.target, t.processId, t.model, t.layer)) return { ...state, target: t };
+      return { ...state, target: t, tensors: [], phase: undefined, step: undefined, revision: state.revision + 1 };
+    }
+    case 'hit': {
+      const h = action.hit;
+      const target: PanelTarget = { processId: action.processId, processLabel: action.processLabel, model: h.model, layer: h.layer, cls: action.cls };
+      const sameLayer = sameTarget(state.target, action.processId, h.model, h.layer);
+      return {
+        ...state,
+        target,
+        paused: h.pausing
+          ? { processId: action.processId, model: h.model, layer: h.layer, phase: h.phase, reason: h.reason, step: h.step, origin: h.origin }
+          : state.paused,
+        tensors: sameLayer ? mergeTensors(state.tensors, h.summaries) : [...h.summaries],
+        phase: h.phase,
+        step: h.step,
+        revision: state.revision + 1,
+      };
+    }
+    case 'resumed':
+      if (state.paused?.processId !== action.processId) return state;
+      return { ...state, paused: undefined, revision: state.revision + 1 };
+    case 'summaries': {
+      if (!sameTarget(state.target, action.processId, action.model, action.layer)) return state;
+      const stepChanged = action.step !== state.step;
+      return {
+        ...state,
+        tensors: mergeTensors(state.tensors, action.tensors),
+        phase: action.phase ?? state.phase,
+        step: action.step,
+        revision: stepChanged ? state.revision + 1 : state.revision,
+      };
+    }
+    case 'interventions':
+      return { ...state, interventions: { ...state.interventions, [action.processId]: action.interventions } };
+    case 'notice':
+      return { ...state, notices: [...state.notices, action.notice].slice(-MAX_NOTICES) };
+    case 'exited': {
+      const { [action.processId]: _gone, ...interventions } = state.interventions;
+      const wasTarget = state.target?.processId === action.processId;
+      return {
+        ...state,
+        processes: state.processes.filter((p) => p.id !== action.processId),
+        target: wasTarget ? undefined : state.target,
+        tensors: wasTarget ? [] : state.tensors,
+        paused: state.paused?.processId === action.processId ? undefined : state.paused,
+        interventions,
+        notices: [...state.notices, { level: 'info' as const, message: `${action.label} exited (${action.reason})` }].slice(-MAX_NOTICES),
+        revision: state.revision + 1,
+      };
+    }
+    case 'breakOnNonFinite':
+      return { ...state, breakOnNonFinite: action.enabled };
+  }
+}
+
+/** What the webview shows for a state. */
+export function panelView(state: PanelState): PanelView {
+  const base = {
+    target: state.target,
+    phase: state.phase,
+    step: state.step,
+    tensors: state.tensors,
+    interventions: state.target ? state.interventions[state.target.processId] ?? [] : [],
+    notices: state.notices,
+    breakOnNonFinite: state.breakOnNonFinite,
+    processes: state.processes.length,
+    revision: state.revision,
+  };
+  if (state.processes.length === 0) {
+    return {
+      ...base, status: 'notConnected', headline: 'Not connected',
+      detail: 'Start debugging a PyTorch script: Hookscope connects to it by itself.',
+    };
+  }
+  const processes = `${state.processes.length} process${state.processes.length === 1 ? '' : 'es'} connected`;
+  if (state.paused) {
+    const p = state.paused;
+    const where = state.processes.length > 1 ? ` · ${state.target?.processLabel ?? ''}` : '';
+    return {
+      ...base, status: 'paused', headline: `Paused in layer ${p.layer} (${p.phase})`,
+      detail: `${p.reason}${p.origin ? ` — ${p.origin}` : ''} · step ${p.step}${where}`, pausedReason: p.reason,
+    };
+  }
+  if (!state.target) {
+    return {
+      ...base, status: 'waiting', headline: 'Waiting for the first forward',
+      detail: `${processes}. Select a layer in the Layers view or set a layer breakpoint.`,
+    };
+  }
+  const layer = state.target.layer || state.target.model;
+  if (state.tensors.length === 0) {
+    return {
+      ...base, status: 'waiting', headline: `Waiting for the first forward of ${layer}`,
+      detail: `${state.target.processLabel} · summaries appear when the layer runs.`,
+    };
+  }
+  return {
+    ...base, status: 'live', headline: `Layer ${layer}${state.phase ? ` (${state.phase})` : ''}`,
+    detail: `${state.step !== undefined ? `step ${state.step} · ` : ''}${state.target.processLabel}`,
+  };
+}

@@ -1,0 +1,384 @@
+// The Tensors panel front end: draws the view model the host posts (header, summary table
+// with histograms, interventions) and the visual section (feature maps, attention, Grad-CAM,
+// gradient flow, histograms) whose images it asks the host to render. Elements carry
+// `data-testid` attributes that the end-to-end tests rely on (see extension/README-dev.md).
+// Built by esbuild into dist/webview.js; all DOM is made with createElement (the CSP allows
+// no inline script or style).
+
+import './styles.css';
+import type { TensorSummary } from '../src/protocol/messages.gen';
+import type { FromWebview, PanelView, ToWebview, VisualKind } from '../src/protocol/webview';
+import { formatNonFinite, formatNumber, formatPercent, formatShape, hasNonFinite, parseChannels } from './format';
+import { histOf, histogramBars } from './histogram';
+import { channelAt, initialUiState, pageCount, renderOptions, uiReducer, type UiAction, type UiState } from './state';
+
+interface VsCodeApi {
+  postMessage(message: FromWebview): void;
+  getState(): unknown;
+  setState(state: unknown): void;
+}
+declare function acquireVsCodeApi(): VsCodeApi;
+
+const vscode = acquireVsCodeApi();
+const SVG_NS = 'http://www.w3.org/2000/svg';
+/** While the program runs, images refresh at most this often (rendering costs the debuggee time). */
+const LIVE_RENDER_INTERVAL_MS = 1000;
+
+let ui: UiState = { ...initialUiState(), ...((vscode.getState() as { ui?: UiState } | undefined)?.ui ?? {}) };
+let view: PanelView | undefined;
+let lastRenderedRevision = -1;
+let lastTargetKey = '';
+let renderSeq = 0;
+let renderInFlight = false;
+let renderQueued = false;
+let lastRenderAt = 0;
+let lastImage: { seq: number; meta: Record<string, unknown>; width: number; height: number } | undefined;
+
+function post(message: FromWebview): void {
+  vscode.postMessage(message);
+}
+
+function dispatch(action: UiAction, rerender = true): void {
+  ui = uiReducer(ui, action);
+  vscode.setState({ ui });
+  drawVisualControls();
+  if (rerender) requestRender(true);
+}
+
+// ---- tiny DOM helpers -------------------------------------------------------------
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string> = {},
+  ...children: (Node | string)[]
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'text') node.textContent = v;
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c);
+  return node;
+}
+
+function byTestId<T extends HTMLElement>(id: string): T {
+  return document.querySelector(`[data-testid="${id}"]`) as T;
+}
+
+// ---- static layout ------------------------------------------------------------------
+
+function buildLayout(): void {
+  const root = document.getElementById('root')!;
+  root.replaceChildren(
+    el('header', { class: 'header', 'data-testid': 'panel-header' },
+      el('div', { class: 'status-line' },
+        el('span', { class: 'status-dot', 'data-testid': 'panel-status' }),
+        el('span', { class: 'headline', 'data-testid': 'panel-headline', text: 'Not connected' })),
+      el('div', { class: 'detail', 'data-testid': 'panel-detail' }),
+      el('div', { class: 'paused-reason', 'data-testid': 'panel-paused-reason' }),
+      el('button', { class: 'toggle', 'data-testid': 'break-nonfinite', title: 'Pause at the first layer that produces NaN/Inf' })),
+    el('section', { class: 'notices', 'data-testid': 'notices' }),
+    el('section', { class: 'tensors' },
+      el('table', { class: 'tensor-table', 'data-testid': 'tensor-table' },
+        el('thead', {}, el('tr', {}, ...['tensor', 'shape', 'dtype', 'device', 'mean', 'std', 'min', 'max', 'NaN/Inf', 'zeros', 'norm', 'histogram']
+          .map((h) => el('th', { text: h })))),
+        el('tbody', { 'data-testid': 'tensor-rows' })),
+      el('div', { class: 'empty', 'data-testid': 'tensor-empty' })),
+    buildVisualSection(),
+    buildInterventionSection(),
+  );
+  byTestId<HTMLButtonElement>('break-nonfinite').addEventListener('click', () => post({ type: 'toggleBreakOnNonFinite' }));
+}
+
+function buildVisualSection(): HTMLElement {
+  const select = el('select', { 'data-testid': 'visual-select', 'aria-label': 'View' });
+  const kinds: [VisualKind, string][] = [
+    ['featureMap', 'Feature map'], ['attention', 'Attention'], ['gradCam', 'Grad-CAM'],
+    ['gradientFlow', 'Gradient flow'], ['histogram', 'Histogram'],
+  ];
+  for (const [value, label] of kinds) select.append(el('option', { value, text: label }));
+  select.addEventListener('change', () => dispatch({ type: 'visual', visual: select.value as VisualKind }));
+
+  const prev = el('button', { 'data-testid': 'fm-prev', title: 'Previous channels', text: '‹' });
+  const next = el('button', { 'data-testid': 'fm-next', title: 'Next channels', text: '›' });
+  prev.addEventListener('click', () => dispatch({ type: 'page', delta: -1, pages: pagesFromMeta() }));
+  next.addEventListener('click', () => dispatch({ type: 'page', delta: 1, pages: pagesFromMeta() }));
+  const batch = el('input', { type: 'number', min: '0', value: '0', 'data-testid': 'fm-batch', title: 'Batch item' });
+  batch.addEventListener('change', () => dispatch({ type: 'batch', batch: Number(batch.value) }));
+  const shared = el('input', { type: 'checkbox', 'data-testid': 'fm-shared-scale' });
+  shared.addEventListener('change', () => dispatch({ type: 'sharedScale', on: shared.checked }));
+  const sort = el('input', { type: 'checkbox', 'data-testid': 'fm-sort' });
+  sort.addEventListener('change', () => dispatch({ type: 'sort', on: sort.checked }));
+  const head = el('input', { type: 'text', value: 'mean', size: '5', 'data-testid': 'attn-head', title: "Head index or 'mean'" });
+  head.addEventListener('change', () => {
+    const n = Number(head.value);
+    dispatch({ type: 'head', head: head.value.trim() === '' || head.value.trim() === 'mean' || !Number.isInteger(n) ? 'mean' : n });
+  });
+  const cls = el('input', { type: 'text', size: '5', placeholder: 'predicted', 'data-testid': 'gradcam-class', title: 'Target class' });
+  cls.addEventListener('change', () => {
+    const n = Number(cls.value);
+    dispatch({ type: 'targetClass', targetClass: cls.value.trim() !== '' && Number.isInteger(n) ? n : undefined });
+  });
+  const source = el('select', { 'data-testid': 'hist-source' },
+    el('option', { value: 'output', text: 'activations' }), el('option', { value: 'grad', text: 'gradients' }));
+  source.addEventListener('change', () => dispatch({ type: 'histogramSource', source: source.value as 'output' | 'grad' }));
+
+  const refresh = el('button', { 'data-testid': 'visual-render', title: 'Render again', text: 'Render' });
+  refresh.addEventListener('click', () => requestRender(true));
+  const save = el('button', { 'data-testid': 'save-png', title: 'Save the image as a PNG file', text: 'Save PNG' });
+  save.addEventListener('click', () => post({ type: 'savePng' }));
+
+  const image = el('img', { 'data-testid': 'render-image', alt: '' });
+  image.addEventListener('click', (ev) => {
+    if (ui.visual !== 'featureMap' || !lastImage) return;
+    if (ui.enlarged !== undefined) {
+      dispatch({ type: 'enlarge', channel: undefined });
+      return;
+    }
+    const rect = image.getBoundingClientRect();
+    const channel = channelAt(lastImage.meta, ev.clientX - rect.left, ev.clientY - rect.top, rect.width, rect.height);
+    if (channel !== undefined) dispatch({ type: 'enlarge', channel });
+  });
+
+  return el('section', { class: 'visual', 'data-testid': 'visual-section' },
+    el('div', { class: 'controls' },
+      select,
+      el('span', { class: 'opts', 'data-opts': 'featureMap' },
+        prev, el('span', { 'data-testid': 'fm-page' }), next,
+        el('label', {}, 'batch ', batch),
+        el('label', {}, shared, ' shared scale'),
+        el('label', {}, sort, ' sort by strength')),
+      el('span', { class: 'opts', 'data-opts': 'attention' }, el('label', {}, 'head ', head)),
+      el('span', { class: 'opts', 'data-opts': 'gradCam' }, el('label', {}, 'class ', cls)),
+      el('span', { class: 'opts', 'data-opts': 'histogram' }, source),
+      refresh, save),
+    el('div', { class: 'enlarged', 'data-testid': 'enlarged-channel' }),
+    el('div', { class: 'image-box' }, image),
+    el('div', { class: 'meta', 'data-testid': 'render-meta' }),
+    el('div', { class: 'error', 'data-testid': 'render-error' }));
+}
+
+function buildInterventionSection(): HTMLElement {
+  const kind = el('select', { 'data-testid': 'iv-kind' },
+    el('option', { value: 'zero_channels', text: 'zero channels' }),
+    el('option', { value: 'scale', text: 'scale output' }),
+    el('option', { value: 'mean_ablate', text: 'mean-ablate' }),
+    el('option', { value: 'input_noise', text: 'input noise (std)' }));
+  const channels = el('input', { type: 'text', placeholder: 'channels: 0, 3-5', 'data-testid': 'iv-channels' });
+  const value = el('input', { type: 'number', step: 'any', placeholder: 'value', 'data-testid': 'iv-value' });
+  const add = el('button', { 'data-testid': 'iv-add', text: 'Add' });
+  const error = el('span', { class: 'error', 'data-testid': 'iv-error' });
+  const syncFields = (): void => {
+    channels.hidden = kind.value !== 'zero_channels';
+    value.hidden = kind.value !== 'scale' && kind.value !== 'input_noise';
+  };
+  kind.addEventListener('change', syncFields);
+  syncFields();
+  add.addEventListener('click', () => {
+    error.textContent = '';
+    const message: FromWebview & { type: 'addIntervention' } = { type: 'addIntervention', kind: kind.value };
+    if (kind.value === 'zero_channels') {
+      const parsed = parseChannels(channels.value);
+      if (!parsed) {
+        error.textContent = 'Give channel numbers, e.g. "0, 3-5".';
+        return;
+      }
+      message.channels = parsed;
+    }
+    if (kind.value === 'scale' || kind.value === 'input_noise') {
+      const v = Number(value.value);
+      if (value.value.trim() === '' || !Number.isFinite(v)) {
+        error.textContent = 'Give a number.';
+        return;
+      }
+      message.value = v;
+    }
+    post(message);
+  });
+  const removeAll = el('button', { 'data-testid': 'iv-remove-all', text: 'Remove all' });
+  removeAll.addEventListener('click', () => post({ type: 'removeAllInterventions' }));
+  return el('section', { class: 'interventions', 'data-testid': 'interventions' },
+    el('h3', { text: 'Interventions' }),
+    el('div', { class: 'controls' }, kind, channels, value, add, removeAll, error),
+    el('ul', { 'data-testid': 'iv-list' }));
+}
+
+// ---- drawing the view model -----------------------------------------------------------
+
+function drawView(v: PanelView): void {
+  const status = byTestId('panel-status');
+  status.dataset.status = v.status;
+  status.className = `status-dot ${v.status}`;
+  byTestId('panel-headline').textContent = v.headline;
+  byTestId('panel-detail').textContent = v.detail;
+  byTestId('panel-paused-reason').textContent = v.pausedReason ?? '';
+  const toggle = byTestId<HTMLButtonElement>('break-nonfinite');
+  toggle.textContent = `Break on NaN/Inf: ${v.breakOnNonFinite ? 'on' : 'off'}`;
+  toggle.dataset.on = String(v.breakOnNonFinite);
+  document.body.dataset.status = v.status;
+
+  byTestId('notices').replaceChildren(
+    ...v.notices.map((n) => el('div', { class: `notice ${n.level}`, 'data-testid': 'notice', text: n.message })));
+
+  const rows = byTestId('tensor-rows');
+  rows.replaceChildren(...v.tensors.map(tensorRow));
+  byTestId('tensor-empty').textContent =
+    v.tensors.length === 0 ? (v.status === 'notConnected' ? '' : 'No summaries yet for this layer.') : '';
+
+  const affected = v.interventions.filter((i) => !v.target || i.layer === v.target.layer);
+  byTestId('iv-list').replaceChildren(...v.interventions.map((i) => {
+    const remove = el('button', { 'data-testid': 'iv-remove', title: 'Remove this intervention', text: '✕' });
+    remove.addEventListener('click', () => post({ type: 'removeIntervention', id: i.id }));
+    const what = i.kind === 'zero_channels' ? `zero channels ${(i.channels ?? []).join(', ')}`
+      : i.kind === 'scale' ? `scale × ${i.value}` : i.kind === 'input_noise' ? `input noise σ=${i.value}` : 'mean-ablate';
+    return el('li', { 'data-testid': 'iv-item', 'data-id': i.id }, `${i.layer}: ${what} `, remove);
+  }));
+  document.body.dataset.interventions = String(affected.length);
+  const hasTarget = !!v.target;
+  for (const b of document.querySelectorAll<HTMLButtonElement>('[data-testid="iv-add"], [data-testid="visual-render"]')) {
+    b.disabled = !hasTarget;
+  }
+}
+
+function tensorRow(t: TensorSummary): HTMLTableRowElement {
+  const bad = hasNonFinite(t);
+  const cells: [string, string][] = [
+    ['path', t.path], ['shape', formatShape(t.shape ?? [])], ['dtype', t.dtype], ['device', t.device],
+    ['mean', formatNumber(t.mean)], ['std', formatNumber(t.std)], ['min', formatNumber(t.min)], ['max', formatNumber(t.max)],
+    ['nonfinite', formatNonFinite(t)], ['zeros', formatPercent(t.zeroFrac)], ['norm', formatNumber(t.norm)],
+  ];
+  const row = el('tr', { 'data-testid': 'tensor-row', 'data-path': t.path, class: bad ? 'nonfinite' : '' },
+    ...cells.map(([col, text]) => el('td', { 'data-col': col, text })));
+  if (t.note) row.title = t.note;
+  if (t.sampled) row.classList.add('sampled');
+  const histCell = el('td', { 'data-col': 'hist' });
+  const hist = histOf(t.hist);
+  if (hist) histCell.append(histogramSvg(hist));
+  row.append(histCell);
+  return row;
+}
+
+function histogramSvg(hist: { lo: number; hi: number; counts: number[] }): SVGSVGElement {
+  const width = 120;
+  const height = 28;
+  const svg = document.createElementNS(SVG_NS, 'svg');
+  svg.setAttribute('width', String(width));
+  svg.setAttribute('height', String(height));
+  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  svg.setAttribute('data-testid', 'tensor-hist');
+  svg.setAttribute('class', 'hist');
+  const title = document.createElementNS(SVG_NS, 'title');
+  title.textContent = `${formatNumber(hist.lo)} … ${formatNumber(hist.hi)} (${hist.counts.length} bins)`;
+  svg.append(title);
+  for (const bar of histogramBars(hist.counts, width, height)) {
+    if (bar.height <= 0) continue;
+    const rect = document.createElementNS(SVG_NS, 'rect');
+    rect.setAttribute('x', bar.x.toFixed(2));
+    rect.setAttribute('y', bar.y.toFixed(2));
+    rect.setAttribute('width', bar.width.toFixed(2));
+    rect.setAttribute('height', bar.height.toFixed(2));
+    svg.append(rect);
+  }
+  return svg;
+}
+
+function drawVisualControls(): void {
+  byTestId<HTMLSelectElement>('visual-select').value = ui.visual;
+  for (const span of document.querySelectorAll<HTMLElement>('[data-opts]')) {
+    span.hidden = span.dataset.opts !== ui.visual;
+  }
+  byTestId('fm-page').textContent = `page ${ui.featureMap.page + 1}/${pagesFromMeta() ?? '?'}`;
+  byTestId<HTMLInputElement>('fm-batch').value = String(ui.featureMap.batch);
+  byTestId<HTMLInputElement>('fm-shared-scale').checked = ui.featureMap.sharedScale;
+  byTestId<HTMLInputElement>('fm-sort').checked = ui.featureMap.sort;
+  byTestId('enlarged-channel').textContent =
+    ui.enlarged !== undefined ? `Channel ${ui.enlarged} (click the image to go back to the grid)` : '';
+}
+
+function pagesFromMeta(): number | undefined {
+  const total = lastImage?.meta.totalChannels;
+  return typeof total === 'number' ? pageCount(total) : undefined;
+}
+
+// ---- rendering requests ----------------------------------------------------------------
+
+/** Ask the host for the current visual; at most one request in flight, live refreshes throttled. */
+function requestRender(force: boolean): void {
+  if (!view?.target || !ui.showVisual) return;
+  if (renderInFlight) {
+    renderQueued = true;
+    return;
+  }
+  const now = Date.now();
+  if (!force && view.status === 'live' && now - lastRenderAt < LIVE_RENDER_INTERVAL_MS) {
+    setTimeout(() => requestRender(false), LIVE_RENDER_INTERVAL_MS - (now - lastRenderAt));
+    return;
+  }
+  renderInFlight = true;
+  renderQueued = false;
+  lastRenderAt = now;
+  renderSeq += 1;
+  byTestId('render-error').textContent = '';
+  post({ type: 'render', seq: renderSeq, visual: ui.visual, options: renderOptions(ui) });
+}
+
+function onImageDone(): void {
+  renderInFlight = false;
+  if (renderQueued) requestRender(true);
+}
+
+function formatMeta(meta: Record<string, unknown>): string {
+  const parts: string[] = [];
+  for (const [k, v] of Object.entries(meta)) {
+    if (k === 'channels' && Array.isArray(v) && v.length > 8) continue;
+    if (v === null || typeof v === 'object' && !Array.isArray(v)) continue;
+    parts.push(`${k}: ${Array.isArray(v) ? v.map((x) => (typeof x === 'number' ? formatNumber(x) : String(x))).join(', ')
+      : typeof v === 'number' ? formatNumber(v) : String(v)}`);
+  }
+  return parts.join(' · ');
+}
+
+window.addEventListener('message', (event: MessageEvent<ToWebview>) => {
+  const msg = event.data;
+  switch (msg.type) {
+    case 'view': {
+      view = msg.view;
+      drawView(view);
+      const targetKey = view.target ? `${view.target.processId}/${view.target.model}/${view.target.layer}` : '';
+      if (targetKey !== lastTargetKey) {
+        lastTargetKey = targetKey;
+        if (targetKey) dispatch({ type: 'layerChanged' }, false);
+      }
+      if (view.revision !== lastRenderedRevision) {
+        lastRenderedRevision = view.revision;
+        requestRender(view.status === 'paused');
+      }
+      return;
+    }
+    case 'image': {
+      if (msg.seq !== renderSeq) return; // an older request
+      const img = byTestId<HTMLImageElement>('render-image');
+      img.src = msg.dataUrl;
+      img.dataset.visual = msg.visual;
+      img.dataset.width = String(msg.width);
+      img.dataset.height = String(msg.height);
+      lastImage = { seq: msg.seq, meta: msg.meta, width: msg.width, height: msg.height };
+      byTestId('render-meta').textContent = formatMeta(msg.meta);
+      drawVisualControls();
+      onImageDone();
+      return;
+    }
+    case 'imageError':
+      if (msg.seq !== renderSeq) return;
+      byTestId('render-error').textContent = msg.message;
+      onImageDone();
+      return;
+    case 'saved':
+      byTestId('render-meta').dataset.saved = msg.path;
+      return;
+  }
+});
+
+buildLayout();
+drawVisualControls();
+post({ type: 'ready' });

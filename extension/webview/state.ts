@@ -1,0 +1,125 @@
+// The webview's own UI state (which visual, its options, the enlarged channel) and the
+// render options it turns into. Persisted with getState/setState. Pure; unit-tested.
+
+import type { VisualKind } from '../src/protocol/webview';
+
+export const CHANNELS_PER_PAGE = 64;
+
+export interface UiState {
+  visual: VisualKind;
+  featureMap: { page: number; batch: number; sharedScale: boolean; sort: boolean };
+  attention: { head: number | 'mean' };
+  gradCam: { targetClass?: number };
+  histogram: { source: 'output' | 'grad' };
+  /** Channel shown large (feature map), if any. */
+  enlarged?: number;
+  showVisual: boolean;
+}
+
+export function initialUiState(): UiState {
+  return {
+    visual: 'featureMap',
+    featureMap: { page: 0, batch: 0, sharedScale: false, sort: false },
+    attention: { head: 'mean' },
+    gradCam: {},
+    histogram: { source: 'output' },
+    showVisual: true,
+  };
+}
+
+export type UiAction =
+  | { type: 'visual'; visual: VisualKind }
+  | { type: 'page'; delta: number; pages?: number }
+  | { type: 'batch'; batch: number }
+  | { type: 'sharedScale'; on: boolean }
+  | { type: 'sort'; on: boolean }
+  | { type: 'head'; head: number | 'mean' }
+  | { type: 'targetClass'; targetClass?: number }
+  | { type: 'histogramSource'; source: 'output' | 'grad' }
+  | { type: 'enlarge'; channel?: number }
+  | { type: 'showVisual'; on: boolean }
+  | { type: 'layerChanged' };
+
+export function uiReducer(state: UiState, action: UiAction): UiState {
+  switch (action.type) {
+    case 'visual':
+      return { ...state, visual: action.visual, enlarged: undefined };
+    case 'page': {
+      const last = action.pages !== undefined ? Math.max(0, action.pages - 1) : Number.MAX_SAFE_INTEGER;
+      const page = Math.min(last, Math.max(0, state.featureMap.page + action.delta));
+      return { ...state, featureMap: { ...state.featureMap, page }, enlarged: undefined };
+    }
+    case 'batch':
+      return { ...state, featureMap: { ...state.featureMap, batch: Math.max(0, Math.floor(action.batch) || 0) } };
+    case 'sharedScale':
+      return { ...state, featureMap: { ...state.featureMap, sharedScale: action.on } };
+    case 'sort':
+      return { ...state, featureMap: { ...state.featureMap, sort: action.on, page: 0 }, enlarged: undefined };
+    case 'head':
+      return { ...state, attention: { head: action.head } };
+    case 'targetClass':
+      return { ...state, gradCam: { targetClass: action.targetClass } };
+    case 'histogramSource':
+      return { ...state, histogram: { source: action.source } };
+    case 'enlarge':
+      return { ...state, enlarged: action.channel };
+    case 'showVisual':
+      return { ...state, showVisual: action.on };
+    case 'layerChanged':
+      // A new layer has other channels: start from the first page again.
+      return { ...state, featureMap: { ...state.featureMap, page: 0 }, enlarged: undefined };
+  }
+}
+
+/** The `options` map of the backend's `render` request for the current UI state. */
+export function renderOptions(state: UiState): Record<string, unknown> {
+  switch (state.visual) {
+    case 'featureMap': {
+      const fm = state.featureMap;
+      const options: Record<string, unknown> = {
+        page: fm.page, perPage: CHANNELS_PER_PAGE, batch: fm.batch, sharedScale: fm.sharedScale, sort: fm.sort,
+      };
+      if (state.enlarged !== undefined) options.channel = state.enlarged;
+      return options;
+    }
+    case 'attention':
+      return state.attention.head === 'mean' ? { head: 'mean' } : { head: state.attention.head };
+    case 'gradCam':
+      return state.gradCam.targetClass !== undefined ? { targetClass: state.gradCam.targetClass } : {};
+    case 'gradientFlow':
+      return {};
+    case 'histogram':
+      return { source: state.histogram.source };
+  }
+}
+
+/** Number of channel pages for a channel count. */
+export function pageCount(channels: number | undefined): number {
+  return channels && channels > 0 ? Math.ceil(channels / CHANNELS_PER_PAGE) : 1;
+}
+
+/**
+ * Which channel a click at (x, y) on the grid image hits, from the image meta the backend
+ * returns ({rows, cols, channels: [indices in display order]}); undefined off the grid.
+ */
+export function channelAt(
+  meta: Record<string, unknown>,
+  x: number,
+  y: number,
+  width: number,
+  height: number,
+): number | undefined {
+  const rows = Number(meta.rows);
+  const cols = Number(meta.cols);
+  if (!(rows > 0 && cols > 0 && width > 0 && height > 0)) return undefined;
+  const col = Math.floor((x / width) * cols);
+  const row = Math.floor((y / height) * rows);
+  if (col < 0 || col >= cols || row < 0 || row >= rows) return undefined;
+  const index = row * cols + col;
+  const order = Array.isArray(meta.channels) ? (meta.channels as unknown[]) : undefined;
+  if (order) return typeof order[index] === 'number' ? (order[index] as number) : undefined;
+  const first = typeof meta.firstChannel === 'number' ? meta.firstChannel : 0;
+  const total = typeof meta.totalChannels === 'number' ? meta.totalChannels : Number.MAX_SAFE_INTEGER;
+  const channel = first + index;
+  return channel < total ? channel : undefined;
+}

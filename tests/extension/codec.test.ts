@@ -1,0 +1,115 @@
+// The TypeScript codec against the shared vectors (tests/vectors), plus stream splitting and bounds.
+import { strict as assert } from 'node:assert';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  FrameReader,
+  ProtocolError,
+  decodeBody,
+  frameMessage,
+  validate,
+} from '../../extension/src/protocol/codec';
+import { MAX_DEPTH, MAX_FRAME_BYTES } from '../../extension/src/protocol/messages.gen';
+
+const vectorsDir = join(__dirname, '..', 'vectors');
+interface ValidVector { name: string; message: unknown; hex: string }
+interface InvalidVector { name: string; hex: string; code: string }
+const valid: ValidVector[] = JSON.parse(readFileSync(join(vectorsDir, 'valid.json'), 'utf8'));
+const invalid: InvalidVector[] = JSON.parse(readFileSync(join(vectorsDir, 'invalid.json'), 'utf8'));
+
+/** JSON form of the vectors -> in-memory form ({"$bin": hex} becomes bytes). */
+function fromJson(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(fromJson);
+  if (value && typeof value === 'object') {
+    const obj = value as Record<string, unknown>;
+    const keys = Object.keys(obj);
+    if (keys.length === 1 && keys[0] === '$bin') return new Uint8Array(Buffer.from(obj.$bin as string, 'hex'));
+    return Object.fromEntries(keys.map((k) => [k, fromJson(obj[k])]));
+  }
+  return value;
+}
+
+/** Decode a whole frame (header included) the way a connection does: split, decode, validate. */
+function decodeFrame(hex: string): unknown {
+  const messages = new FrameReader().feed(Buffer.from(hex, 'hex'));
+  assert.equal(messages.length, 1, 'exactly one message in the frame');
+  validate(messages[0]);
+  return messages[0];
+}
+
+describe('codec: shared valid vectors', () => {
+  assert.ok(valid.length >= 8);
+  for (const vector of valid) {
+    it(`encodes ${vector.name} to the exact bytes`, () => {
+      assert.equal(frameMessage(fromJson(vector.message) as object).toString('hex'), vector.hex);
+    });
+    it(`decodes ${vector.name} to the same message`, () => {
+      assert.deepEqual(decodeFrame(vector.hex), fromJson(vector.message));
+    });
+  }
+  it('keeps a bin value as bytes', () => {
+    const render = valid.find((v) => v.name === 'renderReply')!;
+    const msg = decodeFrame(render.hex) as { body: { png: Uint8Array } };
+    assert.ok(msg.body.png instanceof Uint8Array);
+    assert.equal(Buffer.from(msg.body.png).toString('hex'), '89504e470d0a1a0a');
+  });
+});
+
+describe('codec: shared invalid vectors', () => {
+  assert.ok(invalid.length >= 10);
+  for (const vector of invalid) {
+    it(`refuses "${vector.name}" with ${vector.code}`, () => {
+      assert.throws(
+        () => decodeFrame(vector.hex),
+        (err: unknown) => err instanceof ProtocolError && err.code === vector.code,
+      );
+    });
+  }
+});
+
+describe('codec: FrameReader', () => {
+  it('splits frames delivered one byte at a time and several per chunk', () => {
+    const frames = Buffer.concat(valid.map((v) => Buffer.from(v.hex, 'hex')));
+    const reader = new FrameReader();
+    const got: unknown[] = [];
+    for (const byte of frames) got.push(...reader.feed(Uint8Array.of(byte)));
+    assert.equal(got.length, valid.length);
+    assert.deepEqual(got[0], fromJson(valid[0].message));
+    const together = new FrameReader().feed(frames);
+    assert.deepEqual(together, got);
+    assert.equal(reader.pendingBytes, 0);
+  });
+
+  it('refuses an oversize frame from the header alone', () => {
+    const header = Buffer.alloc(4);
+    header.writeUInt32BE(MAX_FRAME_BYTES + 1);
+    assert.throws(() => new FrameReader().feed(header), ProtocolError);
+  });
+});
+
+describe('codec: bounds and types', () => {
+  it('accepts nesting up to MAX_DEPTH and refuses one more', () => {
+    const nested = (depth: number): unknown => (depth <= 1 ? 0 : [nested(depth - 1)]);
+    // Same rule as codec.py: the map is depth 1, `v` depth 2, the innermost scalar depth MAX_DEPTH.
+    const ok = { type: 'notice', level: 'info', message: 'x', v: nested(MAX_DEPTH - 1) };
+    const body = frameMessage(ok).subarray(4);
+    assert.deepEqual(decodeBody(body), ok);
+    const tooDeep = { type: 'notice', level: 'info', message: 'x', v: nested(MAX_DEPTH) };
+    assert.throws(() => decodeBody(frameMessage(tooDeep).subarray(4)), /deeper/);
+  });
+
+  it('refuses trailing bytes, ext types and integer map keys', () => {
+    const body = frameMessage({ type: 'ping', id: 1 }).subarray(4);
+    assert.throws(() => decodeBody(Buffer.concat([body, Buffer.from([0xc0])])), /extra bytes/);
+    assert.throws(() => decodeBody(Buffer.from('d6ff00000000', 'hex')), /extension/);
+    assert.throws(() => decodeBody(Buffer.from('8101a1', 'hex')), /keys must be strings/);
+  });
+
+  it('validates field types, integer ids and unknown types', () => {
+    assert.equal(validate({ type: 'watch', id: 2, layers: ['a'], rateHz: 4 }).type, 'watch');
+    assert.throws(() => validate({ type: 'watch', id: 2.5, layers: [] }), /integer 'id'/);
+    assert.throws(() => validate({ type: 'hit' }), (e: unknown) => (e as ProtocolError).code === 'badMessage');
+    assert.throws(() => validate({ type: 'toString' }), (e: unknown) => (e as ProtocolError).code === 'unknownType');
+    assert.throws(() => validate([1, 2]), /must be a map/);
+  });
+});
