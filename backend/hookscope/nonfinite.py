@@ -71,6 +71,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
                                   describe_counts, nonfinite_counts)
+from hookscope.stop import BreakpointHit
 from hookscope.summaries import all_finite, iter_tensors
 
 log = logging.getLogger("hookscope")
@@ -154,6 +155,8 @@ class RootSentinel:
             self._snapshot_buffers()
             self._root_grads = []
             self._backward_checked = False
+        except BreakpointHit:
+            raise  # the user chose 'raise'
         except Exception as exc:
             self._error("snapshot", exc)
 
@@ -183,6 +186,8 @@ class RootSentinel:
                 self._root_grads = [None] * len(hooked)
                 for j, tensor in enumerate(hooked):
                     tensor.register_hook(self._root_grad_hook(j))
+        except BreakpointHit:
+            raise  # the user chose 'raise'
         except Exception as exc:
             self._error("forward check", exc)
 
@@ -204,6 +209,8 @@ class RootSentinel:
             return
         try:
             self.check_gradients(replay=True)
+        except BreakpointHit:
+            raise  # the user chose 'raise'
         except Exception as exc:
             self._error("gradient check", exc)
 
@@ -218,7 +225,14 @@ class RootSentinel:
         if self._latched:
             return
         self._latched = True
-        if replay and root_grads:
+        if root_grads and not all_finite(root_grads):
+            step = self._step_of(self.model_id)
+            counts = describe_counts(nonfinite_counts(root_grads))
+            self._fire(HookEvent(self.model_id, "", self.root, "backward", grad_output=tuple(root_grads),
+                                 step=step),
+                       f"NaN/Inf in the gradient reaching the model output ({counts}): it came in from the loss",
+                       ORIGIN_LOSS)
+        elif replay and root_grads:
             self._investigate_backward()
         else:
             self._report_param_grads("the gradient did not flow through the model's output; no replay")
@@ -228,6 +242,8 @@ class RootSentinel:
         if self.active and not self._backward_checked and not REPLAY.depth:
             try:
                 self.check_gradients(replay=False)
+            except BreakpointHit:
+                raise
             except Exception as exc:
                 self._error("gradient check", exc)
 
@@ -480,7 +496,8 @@ class _BackwardProbe:
                     "gradient of its input", ORIGIN_BORN)
                 return
             name, module, j = max(roles.outputs_of, key=lambda r: _depth(r[0]))
-            if not name:
+            if any(not n for n, _, _ in roles.outputs_of):
+                name, module = "", next(m for n, m, _ in roles.outputs_of if not n)
                 reason, origin = f"NaN/Inf in the gradient reaching the model output ({counts}): it came in from the loss", ORIGIN_LOSS
             else:
                 parent = name.rpartition(".")[0] or "the model"

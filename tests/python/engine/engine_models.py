@@ -1,0 +1,116 @@
+"""Small models shared by the engine tests (imported by name: pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    """A residual block: the classic in-place ReLU after BatchNorm."""
+
+    def __init__(self, ch: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(ch)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv1(x)  # call site: Block.conv1
+        out = self.relu(self.bn1(out))
+        return out + x
+
+
+class SqrtAtZero(nn.Module):
+    """Finite forward; when ``planted`` its backward makes NaN (sqrt'(0) = inf, times d(0*x)/dx = 0)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.planted = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.planted:
+            return x
+        return torch.sqrt(x * 0.0) + x
+
+
+class Net(nn.Module):
+    def __init__(self, classes: int = 5) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.layer1 = nn.Sequential(Block(8), Block(8))
+        self.pool = nn.AdaptiveAvgPool2d(2)
+        self.drop = nn.Dropout(0.25)
+        self.fc1 = nn.Linear(32, 16)
+        self.act = nn.Tanh()
+        self.odd = SqrtAtZero()
+        self.fc2 = nn.Linear(16, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = self.layer1(x)
+        x = self.pool(x).flatten(1)
+        x = self.drop(x)
+        x = self.act(self.fc1(x))
+        x = self.odd(x)
+        return self.fc2(x)
+
+
+def line_of(obj: object, text: str) -> tuple[str, int]:
+    """(file, 1-based line) of the first source line of ``obj``'s file containing ``text``."""
+    import inspect
+    file = inspect.getsourcefile(obj)  # type: ignore[arg-type]
+    assert file is not None
+    with open(file, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if text in line:
+                return file, number
+    raise AssertionError(f"{text!r} not in {file}")
+
+
+def batch(seed: int, n: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 5, (n,), generator=g)
+
+
+def train(model: nn.Module, steps: int, plant: dict[int, object] | None = None,
+          optimizer: bool = True) -> list[float]:
+    """A few SGD steps on generated batches; ``plant[step](model)`` runs before that step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if optimizer else None
+    losses = []
+    for step in range(steps):
+        if plant and step in plant:
+            plant[step](model)  # type: ignore[operator]
+        x, y = batch(step)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        if opt is not None:
+            opt.step()
+            opt.zero_grad()
+        else:
+            with torch.no_grad():
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p -= 0.05 * p.grad
+                        p.grad = None
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def hooks_left(model: nn.Module) -> list[str]:
+    """Every hook dict entry on the model's modules and parameters (should be empty)."""
+    left = []
+    for name, m in model.named_modules():
+        for attr in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                     "_state_dict_hooks", "_load_state_dict_pre_hooks"):
+            if getattr(m, attr, None):
+                left.append(f"{name or '<root>'}.{attr}")
+    for name, p in model.named_parameters():
+        if getattr(p, "_post_accumulate_grad_hooks", None):
+            left.append(f"{name}._post_accumulate_grad_hooks")
+        if getattr(p, "_backward_hooks", None):
+            left.append(f"{name}._backward_hooks")
+    from torch.optim import optimizer
+    if optimizer._global_optimizer_pre_hooks:
+        left.append("global optimizer pre hooks")
+    return left

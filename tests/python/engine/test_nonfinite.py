@@ -1,0 +1,197 @@
+"""Break on NaN/Inf: the sentinel finds bad steps and the exact replay names the first layer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from engine_models import Net, batch, hooks_left, train
+from hookscope.engine import Engine
+from hookscope.stop import BreakpointHit
+
+
+def make(seed: int = 0) -> Net:
+    torch.manual_seed(seed)
+    return Net()
+
+
+def run_with_engine(model: Net, steps: int, plant: dict, optimizer: bool = True):
+    events: list[dict] = []
+    hits = []
+    engine = Engine(events.append)
+    engine.add_model("m", model)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    torch.manual_seed(123)
+    losses = train(model, steps, plant, optimizer=optimizer)
+    return engine, events, hits, losses
+
+
+def plant_forward_nan(model: Net) -> None:
+    with torch.no_grad():
+        model.fc1.weight[3, 5] = float("nan")
+
+
+def plant_backward_nan(model: Net) -> None:
+    model.odd.planted = True
+
+
+def assert_same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+
+
+def test_forward_nan_found_in_the_layer_that_produced_it_with_exact_replay():
+    model = make()
+    # The user's own hook records what fc1 really produced in the failing step.
+    seen: dict[int, torch.Tensor] = {}
+    counter = {"calls": 0}
+
+    def record(module, args, output):
+        counter["calls"] += 1
+        seen[counter["calls"]] = output.detach().clone()
+    model.fc1.register_forward_hook(record)
+    engine, events, hits, _ = run_with_engine(model, 6, {3: plant_forward_nan})
+
+    assert len(hits) == 1, [h.reason for h in hits]
+    hit = hits[0]
+    assert (hit.layer, hit.phase, hit.origin) == ("fc1", "forward", "born here")
+    assert "first produced in layer fc1 (forward)" in hit.reason and "NaN" in hit.reason
+    assert hit.breakpoint == "nonfinite"
+    # step 3 (0-based) is the 4th forward call; the replay's output is bit-identical to the
+    # original (same dropout mask, same BatchNorm statistics): call 4 is the original forward.
+    assert_same([hit.output], [seen[4]])
+    hit_events = [e for e in events if e["type"] == "hit"]
+    assert hit_events[0]["layer"] == "fc1" and hit_events[0]["origin"] == "born here"
+    assert hit_events[0]["step"] == 4 and hit_events[0]["pausing"] is False
+    assert any(s["path"] == "output" and s["nan"] > 0 for s in hit_events[0]["summaries"])
+    engine.shutdown()
+    assert hooks_left(model) == ["fc1._forward_hooks"]  # only the user's own hook stays
+
+
+def test_training_is_unchanged_by_the_sentinel_and_the_replay():
+    reference = make()
+    watched = copy.deepcopy(reference)
+    torch.manual_seed(123)
+    ref_losses = train(reference, 6, {3: plant_forward_nan})
+    engine, _, hits, losses = run_with_engine(watched, 6, {3: plant_forward_nan})
+    assert hits
+    assert_same([torch.tensor(losses)], [torch.tensor(ref_losses)])
+    assert_same(list(watched.parameters()), list(reference.parameters()))
+    assert_same(list(watched.buffers()), list(reference.buffers()))
+    engine.shutdown()
+
+
+def test_backward_only_nan_found_in_the_layer_whose_backward_made_it():
+    reference = make()
+    model = copy.deepcopy(reference)
+    engine, events, hits, losses = run_with_engine(model, 5, {2: plant_backward_nan})
+    assert len(hits) == 1, [h.reason for h in hits]
+    hit = hits[0]
+    assert (hit.layer, hit.phase, hit.origin) == ("odd", "backward", "born here")
+    assert "(backward)" in hit.reason
+    grad_in = [g for g in hit.grad_input if g is not None]
+    assert grad_in and torch.isnan(grad_in[0]).all()
+    assert all(torch.isfinite(g).all() for g in hit.grad_output if g is not None)
+    # The replay restored .grad: the optimizer saw exactly what it would have seen.
+    torch.manual_seed(123)
+    ref_losses = train(reference, 5, {2: plant_backward_nan})
+    assert_same([torch.tensor(losses)], [torch.tensor(ref_losses)])
+    assert_same(list(model.parameters()), list(reference.parameters()))
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
+def test_backward_nan_without_an_optimizer_is_found_by_the_end_of_backward_check():
+    model = make()
+    engine, _, hits, _ = run_with_engine(model, 4, {1: plant_backward_nan}, optimizer=False)
+    assert [(h.layer, h.phase) for h in hits] == [("odd", "backward")]
+    engine.shutdown()
+
+
+def test_nan_from_the_loss_is_reported_at_the_model_output():
+    model = make()
+    hits = []
+    engine = Engine(lambda e: None)
+    engine.add_model("m", model)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    x, _ = batch(0)
+    out = model(x)
+    (out.sum() * torch.tensor(float("nan"))).backward()
+    assert len(hits) == 1
+    assert (hits[0].layer, hits[0].origin) == ("", "came in from the loss")
+    assert torch.isnan(hits[0].grad_output[0]).all()
+    engine.shutdown()
+
+
+def test_nan_in_the_inputs_is_reported_as_coming_in_through_them():
+    model = make()
+    hits = []
+    engine = Engine(lambda e: None)
+    engine.add_model("m", model)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    x, _ = batch(0)
+    x[0, 0, 0, 0] = float("inf")
+    model(x)
+    assert len(hits) == 1
+    assert (hits[0].layer, hits[0].phase, hits[0].origin) == ("", "forward_pre", "came in through inputs")
+    assert "+Inf" in hits[0].reason
+    engine.shutdown()
+
+
+def test_nan_made_between_layers_is_blamed_on_the_parent_code():
+    class Between(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.b(torch.log(self.a(x) - 1e6))  # log of a negative number, not in a layer
+
+    model = Between()
+    hits = []
+    engine = Engine(lambda e: None)
+    engine.add_model("m", model)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    model(torch.randn(3, 4))
+    assert len(hits) == 1
+    assert (hits[0].layer, hits[0].origin) == ("b", "came in through inputs")
+    assert "code in the model's forward between layers" in hits[0].reason
+    engine.shutdown()
+
+
+def test_reports_once_until_a_clean_step_then_again():
+    model = make()
+    engine, _, hits, _ = run_with_engine(model, 6, {2: plant_forward_nan})
+    assert len(hits) == 1  # weights stay NaN after step 2: one report, not one per step
+    engine.shutdown()
+
+
+def test_raise_action_names_the_layer():
+    model = make()
+    engine = Engine(lambda e: None)
+    engine.add_model("m", model)
+    engine.set_break_on_nonfinite(True, action="raise")
+    plant_forward_nan(model)
+    x, _ = batch(0)
+    with pytest.raises(BreakpointHit) as info:
+        model(x)
+    assert info.value.layer == "fc1"
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
+def test_no_hooks_when_off_and_none_left_after_turning_off():
+    model = make()
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("m", model)
+    assert hooks_left(model) == []
+    engine.set_break_on_nonfinite(True)
+    assert hooks_left(model)  # root hooks + global optimizer hook
+    assert sum(bool(m._forward_hooks) for m in model.modules()) == 1  # the root only: no per-layer hooks
+    engine.set_break_on_nonfinite(False)
+    assert hooks_left(model) == []
