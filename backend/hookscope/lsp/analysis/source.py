@@ -10,6 +10,7 @@ encoding. ``ast`` reports columns as UTF-8 byte offsets, hence ``Positions``.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 MAX_RECOVERY_ATTEMPTS = 8
@@ -95,12 +96,12 @@ class ParsedSource:
 
     tree: ast.Module | None
     lines: list[str]
-    blanked_lines: tuple[int, ...]
-    """0-based lines replaced by ``pass`` so that the rest could be parsed."""
+    repaired_lines: tuple[int, ...]
+    """0-based lines changed (colon added, replaced by ``pass``) so that the rest could be parsed."""
 
     @property
     def clean(self) -> bool:
-        return self.tree is not None and not self.blanked_lines
+        return self.tree is not None and not self.repaired_lines
 
 
 def split_lines(source: str) -> list[str]:
@@ -108,49 +109,84 @@ def split_lines(source: str) -> list[str]:
     return source.splitlines() or [""]
 
 
+COMPOUND_HEADERS = re.compile(r"^\s*(async\s+)?(def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b")
+
+
 def parse_tolerant(source: str) -> ParsedSource:
-    """Parse ``source``; on a syntax error, blank the failing line and retry."""
+    """Parse ``source``; on a syntax error, repair or blank the failing line and retry.
+
+    Repairs, in order: a compound statement header missing its colon gets one;
+    an unexpectedly indented line is replaced by ``pass`` at the indentation of
+    the line before; any other failing line becomes ``pass``. When the same
+    line fails again, the nearest earlier line is blanked (an unclosed bracket
+    is usually reported after the line that opened it).
+    """
     lines = split_lines(source)
     try:
         return ParsedSource(ast.parse(source), lines, ())
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         pass
     working = list(lines)
-    blanked: list[int] = []
+    touched: list[int] = []
     for _ in range(MAX_RECOVERY_ATTEMPTS):
         try:
             tree = ast.parse("\n".join(working))
-            return ParsedSource(tree, lines, tuple(blanked))
+            return ParsedSource(tree, lines, tuple(sorted(set(touched))))
         except SyntaxError as error:
             line = _failing_line(error, len(working))
-            if line is None or line in blanked:
-                # The same line again: blank the next non-empty one after it.
-                line = _next_unblanked(working, blanked, line)
+            if line is None:
+                break
+            if line in touched:
+                line = _previous_untouched(working, touched, line)
                 if line is None:
                     break
-            working[line] = _neutral_line(working[line])
-            blanked.append(line)
+                working[line] = _neutral_line(working[line])
+            else:
+                working[line] = _repaired_line(working, line, error)
+            touched.append(line)
         except (ValueError, RecursionError, MemoryError):
             break
-    return ParsedSource(None, lines, tuple(blanked))
+    return ParsedSource(None, lines, tuple(sorted(set(touched))))
 
 
 def _failing_line(error: SyntaxError, count: int) -> int | None:
     if error.lineno is None:
         return None
-    line = min(max(error.lineno - 1, 0), count - 1)
-    return line
+    return min(max(error.lineno - 1, 0), count - 1)
 
 
-def _next_unblanked(working: list[str], blanked: list[int], after: int | None) -> int | None:
-    start = 0 if after is None else after + 1
-    for index in range(start, len(working)):
-        if index not in blanked and working[index].strip():
+def _repaired_line(working: list[str], index: int, error: SyntaxError) -> str:
+    text = working[index]
+    stripped = text.rstrip()
+    if COMPOUND_HEADERS.match(text) and not stripped.endswith(":") and not isinstance(error, IndentationError):
+        return stripped + ":"
+    if isinstance(error, IndentationError):
+        previous = _previous_code_line(working, index)
+        indent = _indent(previous) if previous is not None else ""
+        if previous is not None and previous.rstrip().endswith(":"):
+            indent += "    "
+        return f"{indent}pass"
+    return _neutral_line(text)
+
+
+def _previous_code_line(working: list[str], index: int) -> str | None:
+    for candidate in range(index - 1, -1, -1):
+        if working[candidate].strip() and not working[candidate].lstrip().startswith("#"):
+            return working[candidate]
+    return None
+
+
+def _previous_untouched(working: list[str], touched: list[int], before: int) -> int | None:
+    for index in range(before - 1, -1, -1):
+        if index not in touched and working[index].strip():
             return index
     return None
 
 
+def _indent(text: str) -> str:
+    return text[: len(text) - len(text.lstrip())]
+
+
 def _neutral_line(text: str) -> str:
     """Keep the indentation so the surrounding block stays valid."""
-    indent = text[: len(text) - len(text.lstrip())]
-    return f"{indent}pass" if text.strip() else text
+    return f"{_indent(text)}pass" if text.strip() else text
