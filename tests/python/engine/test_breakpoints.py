@@ -1,0 +1,229 @@
+"""Layer breakpoints: which layers a spec selects, conditions, hit counts, phases, hygiene."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from engine_models import Block, Net, batch, hooks_left, line_of, train
+from hookscope.engine import Engine
+from hookscope.stop import BreakpointHit
+
+
+@pytest.fixture
+def setup():
+    torch.manual_seed(0)
+    model = Net()
+    events: list[dict] = []
+    engine = Engine(events.append, shapes=False)
+    engine.add_model("m", model)
+    yield model, engine, events
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
+def set_bp(engine: Engine, hits: list, **spec) -> list[dict]:
+    spec.setdefault("id", "bp")
+    spec.setdefault("callback", hits.append)
+    return engine.set_breakpoints([spec])
+
+
+def step(model: nn.Module, seed: int = 0) -> None:
+    x, y = batch(seed)
+    nn.functional.cross_entropy(model(x), y).backward()
+
+
+@pytest.mark.parametrize("spec, layers", [
+    ({"layer": "fc2"}, ["fc2"]),
+    ({"layer": "layer1.*.conv1"}, ["layer1.0.conv1", "layer1.1.conv1"]),
+    ({"cls": "BatchNorm2d"}, ["layer1.0.bn1", "layer1.1.bn1"]),
+    ({"cls": "Linear", "layer": "fc*"}, ["fc1", "fc2"]),
+])
+def test_spec_selects_layers(setup, spec, layers):
+    model, engine, _ = setup
+    hits: list = []
+    resolved = set_bp(engine, hits, **spec)
+    assert resolved == [{"id": "bp", "layers": layers}]
+    step(model)
+    assert [h.layer for h in hits] == layers
+
+
+def test_definition_line_selects_every_instance(setup):
+    model, engine, _ = setup
+    file, line = line_of(Block, "self.conv1 = nn.Conv2d(")
+    hits: list = []
+    resolved = set_bp(engine, hits, file=file, line=line)
+    assert resolved[0]["layers"] == ["layer1.0.conv1", "layer1.1.conv1"]
+
+
+def test_call_site_line_selects_the_called_layer(setup):
+    model, engine, _ = setup
+    hits: list = []
+    file, line = line_of(Net, "x = self.act(self.fc1(x))")
+    assert set_bp(engine, hits, file=file, line=line)[0]["layers"] == ["fc1", "act"]
+    file, line = line_of(Block, "out = self.conv1(x)  # call site")
+    assert set_bp(engine, hits, file=file, line=line)[0]["layers"] == ["layer1.0.conv1", "layer1.1.conv1"]
+
+
+def test_explicit_locations_are_used(setup):
+    model, engine, _ = setup
+    engine.add_model("m2", model, locations={"fc2": ("/src/net.py", 7)})
+    resolved = engine.set_breakpoints([{"id": "x", "file": "/src/net.py", "line": 7, "model": "m2",
+                                        "callback": print}])
+    assert resolved[0]["layers"] == ["fc2"]
+    engine.remove_model("m2")
+
+
+def test_spec_matching_nothing_says_so(setup):
+    model, engine, events = setup
+    resolved = set_bp(engine, [], layer="nope*")
+    assert "matches no layer" in resolved[0]["error"]
+    assert any(e["type"] == "notice" and "matches no layer" in e["message"] for e in events)
+    assert hooks_left(model) == []
+    bad = engine.handle({"type": "setBreakpoints", "id": 1, "breakpoints": [{"id": "b", "layer": "fc1",
+                                                                            "phases": ["sideways"]}]})
+    assert "phases" in bad["resolved"][0]["error"]
+
+
+def test_phases_and_their_locals(setup):
+    model, engine, _ = setup
+    hits: list = []
+    set_bp(engine, hits, layer="layer1.0.relu", phases=["forward_pre", "forward", "backward"])
+    step(model)
+    assert [h.phase for h in hits] == ["forward_pre", "forward", "backward"]
+    pre, fwd, bwd = hits
+    assert pre.inputs[0].shape == (4, 8, 8, 8) and pre.output is None
+    assert fwd.output.shape == (4, 8, 8, 8)
+    assert bwd.grad_output[0].shape == (4, 8, 8, 8) and bwd.grad_input[0].shape == (4, 8, 8, 8)
+    # in-place ReLU: the gradient reaching its input (taken before the in-place change) is the
+    # output gradient masked where the ReLU was off
+    assert torch.equal(bwd.grad_input[0], bwd.grad_output[0] * (fwd.output > 0))
+    assert not torch.equal(bwd.grad_input[0], bwd.grad_output[0])
+    assert bwd.reason == "Layer breakpoint: layer1.0.relu (backward)"
+
+
+def test_backward_on_a_layer_followed_by_inplace_relu_does_not_break_training(setup):
+    model, engine, _ = setup
+    hits: list = []
+    set_bp(engine, hits, cls="BatchNorm2d", phases=["backward"])
+    step(model)  # a full backward hook here would raise "BackwardHookFunction ... modified inplace"
+    assert [h.layer for h in hits] == ["layer1.1.bn1", "layer1.0.bn1"]  # backward order
+
+
+def test_param_grad_phase(setup):
+    model, engine, _ = setup
+    hits: list = []
+    set_bp(engine, hits, layer="fc2", phases=["param_grad"])
+    step(model)
+    assert sorted(h.param_name for h in hits) == ["bias", "weight"]
+    weight = next(h for h in hits if h.param_name == "weight")
+    assert torch.equal(weight.grad, model.fc2.weight.grad)
+    assert weight.stats[0]["path"] == "weight.grad"
+
+
+def test_nonfinite_condition_born_here_or_came_in(setup):
+    model, engine, _ = setup
+    hits: list = []
+    engine.set_breakpoints([{"id": "a", "cls": "Linear", "condition": {"kind": "nonfinite"},
+                             "callback": hits.append}])
+    step(model)
+    assert hits == []  # finite: does not fire
+    with torch.no_grad():
+        model.fc1.weight[0, 0] = float("nan")
+    model(batch(0)[0])
+    assert [(h.layer, h.origin) for h in hits] == [("fc1", "born here"), ("fc2", "came in through inputs")]
+    assert "NaN" in hits[0].reason
+
+
+@pytest.mark.parametrize("kind, threshold, fires", [
+    ("grad_norm_below", 1e9, True), ("grad_norm_below", 1e-12, False),
+    ("grad_norm_above", 1e-12, True), ("grad_norm_above", 1e9, False),
+])
+def test_gradient_norm_conditions(setup, kind, threshold, fires):
+    model, engine, _ = setup
+    hits: list = []
+    set_bp(engine, hits, layer="fc2", phases=["backward"], condition={"kind": kind, "threshold": threshold})
+    step(model)
+    assert len(hits) == (1 if fires else 0)
+    if fires:
+        assert ("vanishing" if kind.endswith("below") else "exploding") in hits[0].reason
+
+
+def test_absmax_condition(setup):
+    model, engine, _ = setup
+    hits: list = []
+    x, _ = batch(0)
+    with torch.no_grad():
+        expected = float(model.stem(x).abs().max())
+    set_bp(engine, hits, layer="stem", condition={"kind": "absmax_above", "threshold": expected * 0.99})
+    model(x)
+    set_bp(engine, hits, layer="stem", condition={"kind": "absmax_above", "threshold": expected * 1.01})
+    model(x)
+    assert len(hits) == 1 and "abs-max" in hits[0].reason
+
+
+def test_expression_condition_and_a_raising_expression(setup):
+    model, engine, events = setup
+    hits: list = []
+    set_bp(engine, hits, layer="fc2", condition={"kind": "expression", "expression": "output.shape[1] == 5"})
+    model(batch(0)[0])
+    set_bp(engine, hits, layer="fc2", condition={"kind": "expression", "expression": "output.mean() > 1e9"})
+    model(batch(0)[0])
+    assert len(hits) == 1
+    set_bp(engine, hits, layer="fc2", condition={"kind": "expression", "expression": "undefined_name > 1"})
+    train(model, 2)  # never raises into training
+    assert len(hits) == 1
+    notices = [e for e in events if e["type"] == "notice" and e.get("code") == "conditionError"]
+    assert len(notices) == 1 and "NameError" in notices[0]["message"]
+    assert set_bp(engine, hits, layer="fc2", condition={"kind": "expression", "expression": "1 +"})[0]["error"]
+
+
+def test_hit_count_and_every(setup):
+    model, engine, _ = setup
+    hits: list = []
+    set_bp(engine, hits, layer="fc2", hitCount=3)
+    for i in range(6):
+        model(batch(i)[0])
+    assert [h.step for h in hits] == [3]
+    hits.clear()
+    set_bp(engine, hits, layer="fc2", every=2)
+    for i in range(6):
+        model(batch(i)[0])
+    assert len(hits) == 3
+
+
+def test_disabled_breakpoint_installs_nothing(setup):
+    model, engine, _ = setup
+    hits: list = []
+    resolved = set_bp(engine, hits, layer="fc2", enabled=False)
+    assert resolved[0]["layers"] == ["fc2"]
+    assert hooks_left(model) == []
+    model(batch(0)[0])
+    assert hits == []
+
+
+def test_log_and_raise_actions_without_a_debugger(setup):
+    model, engine, events = setup
+    engine.set_breakpoints([{"id": "l", "layer": "fc2"}])
+    model(batch(0)[0])
+    hit = next(e for e in events if e["type"] == "hit")
+    assert hit["pausing"] is False and hit["layer"] == "fc2" and hit["phase"] == "forward"
+    assert {s["path"] for s in hit["summaries"]} == {"inputs[0]", "output"}
+    assert any(e["type"] == "notice" and "Layer breakpoint: fc2" in e["message"] for e in events)
+    engine.set_breakpoints([{"id": "r", "layer": "fc2", "action": "raise"}])
+    with pytest.raises(BreakpointHit, match="Layer breakpoint: fc2"):
+        model(batch(0)[0])
+
+
+def test_replacing_and_shutdown_leave_no_hook(setup):
+    model, engine, _ = setup
+    set_bp(engine, [], layer="*", phases=["forward_pre", "forward", "backward", "param_grad"])
+    assert len(hooks_left(model)) > 20
+    engine.set_breakpoints([])
+    assert hooks_left(model) == []
+    set_bp(engine, [], layer="*", phases=["forward", "backward", "param_grad"])
+    step(model)
+    assert engine.shutdown() > 0
+    assert hooks_left(model) == []
+    assert engine.hook_count == 0
