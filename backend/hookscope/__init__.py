@@ -16,3 +16,35 @@ def connect(addr: str | None = None, token: str | None = None, timeout: float | 
     from .agent import connect as _connect
 
     return _connect(addr, token, timeout)
+
+
+# ---- the Python API, loaded on first use so `import hookscope` never imports torch
+_API_NAMES = frozenset((
+    "ActivationStats", "AttentionCapture", "Capture", "GradCheck", "GradEvent", "GradientError",
+    "GradientWarning", "HookSet", "Intervention", "LayerStats", "NonFiniteError", "NonFiniteEvent",
+    "NonFiniteGuard", "activation_stats", "capture", "capture_attention", "grad_cam", "grad_check",
+    "grad_flow", "grad_norms", "input_noise", "intervene", "list_interventions", "live_hook_count",
+    "mean_ablate", "remove_all", "scale_output", "scope", "select_modules", "stop_on_nonfinite",
+    "zero_channels",
+))
+_LAZY_SUBMODULES = frozenset(("api", "visuals", "interventions", "inventory"))
+
+
+def __getattr__(name: str):
+    if name in _API_NAMES:
+        from . import api
+
+        return getattr(api, name)
+    if name == "list_hooks":
+        from .inventory import list_hooks
+
+        return list_hooks
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'hookscope' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _API_NAMES | _LAZY_SUBMODULES | {"list_hooks"})
