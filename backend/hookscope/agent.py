@@ -57,7 +57,7 @@ STRUCTURE_CHECK_S = 2.0
 STATS_INTERVAL_S = 2.0
 RECONNECT_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
-ESSENTIAL_TYPES = frozenset({"reply", "ping", "hit", "resumed", "modelAdded", "modelRemoved", "notice", "stats"})
+ESSENTIAL_TYPES = frozenset({"reply", "heartbeat", "hit", "resumed", "modelAdded", "modelRemoved", "notice", "stats"})
 
 log = logging.getLogger("hookscope.agent")
 log.propagate = False  # never into the user's logging setup
@@ -201,7 +201,7 @@ class Agent:
             self._models[model_id] = tree
             self._modules[model_id] = module
             if self._engine is not None:
-                self._call_engine("add_model", model_id, module)
+                self._call_engine("add_model", model_id, module, locations=_locations(tree))
                 self.emit({"type": "modelAdded", "model": tree})
         log.info("model %s: %s (%s, %d modules)", model_id, tree["name"], tree["cls"], len(tree["modules"]))
 
@@ -214,9 +214,9 @@ class Agent:
                 self.emit({"type": "modelRemoved", "id": model_id})
         log.info("model %s removed", model_id)
 
-    def _call_engine(self, method: str, *args: Any) -> Any:
+    def _call_engine(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            return getattr(self._engine, method)(*args)
+            return getattr(self._engine, method)(*args, **kwargs)
         except Exception as exc:  # the engine must never take the agent (or training) down
             log.exception("engine.%s failed", method)
             self.emit({"type": "notice", "level": "error", "code": "engineError",
@@ -347,7 +347,7 @@ class Agent:
             for model_id, tree in list(self._models.items()):
                 module = self._modules.get(model_id)
                 if self._engine is not None and module is not None:
-                    self._call_engine("add_model", model_id, module)
+                    self._call_engine("add_model", model_id, module, locations=_locations(tree))
                 self.emit({"type": "modelAdded", "model": tree})
 
     def _disconnected(self, sock: socket.socket) -> None:
@@ -526,7 +526,7 @@ class Agent:
         if silent >= PROBE_AFTER_S and self._pinged_at is None:
             self._pinged_at = now
             ping_id, self._next_ping_id = self._next_ping_id, self._next_ping_id + 1
-            self.queue.put({"type": "ping", "id": ping_id})
+            self.queue.put({"type": "heartbeat", "id": ping_id})
         # Only an editor that has answered our pings is expected to answer them; an older
         # one is taken for gone only when its socket closes.
         return not (self._editor_answers_pings and silent >= SILENCE_LIMIT_S)
@@ -634,6 +634,11 @@ def _setup_file_logging() -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.DEBUG)
+
+
+def _locations(tree: dict) -> dict[str, tuple[str, int]]:
+    """name -> (file, line) of each module, as discovery found them (the engine resolves file:line specs)."""
+    return {m["name"]: (m["file"], m["line"]) for m in tree.get("modules", ()) if "file" in m and "line" in m}
 
 
 def _env_int(name: str, default: int) -> int:

@@ -132,7 +132,7 @@ class BackendConnection:
             return
         self.received.append(message)
         mtype = message.get("type")
-        if mtype == "ping" and isinstance(message.get("id"), int):  # the backend checks we are alive
+        if mtype == "heartbeat" and isinstance(message.get("id"), int):  # the backend checks we are alive
             try:
                 self.send(protocol.reply(message["id"], {}))
             except OSError:

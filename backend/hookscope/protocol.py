@@ -151,6 +151,10 @@ MESSAGES: tuple[Message, ...] = (
         _f("dropped", "int", "events dropped since the start because the editor was slow"),
         _f("queued", "int", "events waiting"),
     )),
+    Message("heartbeat", "request", "toExtension",
+            "The backend checks that a silent editor is alive; answer with an empty reply body. "
+            "Once the editor has answered one, about 2 s without any traffic from it count as a "
+            "dead editor: the backend removes every hook and reconnects.", (), ()),
     # ---- extension -> backend ------------------------------------------
     Message("ping", "request", "toBackend", "Liveness check.", (), (
         _f("pid", "int", "process id"),

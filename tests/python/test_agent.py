@@ -27,7 +27,7 @@ class FakeEngine:
         self.shutdowns = 0
         FakeEngine.instances.append(self)
 
-    def add_model(self, model_id, model):
+    def add_model(self, model_id, model, locations=None):
         self.models[model_id] = model
 
     def remove_model(self, model_id):

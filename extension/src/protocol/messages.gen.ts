@@ -244,6 +244,16 @@ export interface StatsMessage {
   queued: number;
 }
 
+/** The backend checks that a silent editor is alive; answer with an empty reply body. Once the editor has answered one, about 2 s without any traffic from it count as a dead editor: the backend removes every hook and reconnects. */
+export interface HeartbeatRequest {
+  type: 'heartbeat';
+  id: number;
+}
+
+/** Reply body of heartbeat. */
+export interface HeartbeatResult {
+}
+
 /** Liveness check. */
 export interface PingRequest {
   type: 'ping';
@@ -461,7 +471,7 @@ export interface ByeMessage {
   type: 'bye';
 }
 
-export type FromBackend = HelloMessage | ModelAddedMessage | ModelRemovedMessage | HitMessage | SummariesMessage | ShapesMessage | ResumedMessage | NoticeMessage | StatsMessage | ReplyMessage;
+export type FromBackend = HelloMessage | ModelAddedMessage | ModelRemovedMessage | HitMessage | SummariesMessage | ShapesMessage | ResumedMessage | NoticeMessage | StatsMessage | HeartbeatRequest | ReplyMessage;
 export type ToBackend = PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ByeMessage;
 
 /** Request type -> its params (without type/id) and its result. */
@@ -496,6 +506,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   resumed: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }] },
   notice: { kind: 'event', direction: 'toExtension', fields: [{ name: 'level', type: 'str', optional: false }, { name: 'message', type: 'str', optional: false }, { name: 'code', type: 'str', optional: true }] },
   stats: { kind: 'event', direction: 'toExtension', fields: [{ name: 'dropped', type: 'int', optional: false }, { name: 'queued', type: 'int', optional: false }] },
+  heartbeat: { kind: 'request', direction: 'toExtension', fields: [] },
   ping: { kind: 'request', direction: 'toBackend', fields: [] },
   setBreakpoints: { kind: 'request', direction: 'toBackend', fields: [{ name: 'breakpoints', type: 'list', optional: false }] },
   setBreakOnNonFinite: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }] },

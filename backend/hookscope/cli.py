@@ -1,0 +1,518 @@
+"""``hookscope run``: the terminal front end. It does what the editor does, in a terminal.
+
+It listens for the agent like the extension (127.0.0.1, ephemeral port, fresh
+token), launches the script under the real debugpy adapter (``justMyCode``
+on, plus the rule that lets Hookscope's stop frame through), sends the layer
+breakpoints, and on each hit prints the layer, phase, reason and tensor
+summaries, then continues. The program's own output goes to the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from . import bootstrap, protocol
+from .dap_client import DapClient, DapError
+from .editor_link import BackendConnection, EditorLink, RequestError
+from .report import SUMMARY_COLUMNS, Report, format_number, summary_cells
+
+EXIT_STOPPED_AT_HIT = 3
+"""Exit status of ``--stop-on-hit`` when a breakpoint fired."""
+EXIT_USAGE = 2
+
+SPEC_HELP = """\
+breakpoint SPEC syntax:  WHERE[:PHASES] [if CONDITION] [every N | hit N]
+
+  WHERE      a layer's qualified name     layer1.0.conv1
+             a glob over qualified names  'layer*.conv1', 'blocks.*.attn'
+             a class name (capitalised)   Conv2d
+             a source line                model.py:42   (a 'self.x = nn.X(...)' line,
+                                          or a call site 'x = self.x(x)' in a forward)
+  PHASES     comma-separated: forward_pre (pre), forward (fwd), backward (bwd),
+             param_grad (grad); default forward, or backward for gradient conditions
+  CONDITION  nonfinite               NaN/+Inf/-Inf in the outputs or gradients
+             grad_norm>X | grad_norm<X   exploding / vanishing gradient
+             absmax>X                largest |value| above X (fp16/bf16 overflow risk)
+             any other Python expression over the hook's locals
+             (layer, module, inputs, output, grad_input, grad_output)
+  every N    pause on every Nth hit;   hit N   pause on the Nth hit only
+
+examples:
+  hookscope run --break layer1.0.conv1 train.py
+  hookscope run --break 'layer*.conv1:backward if grad_norm>100' train.py --epochs 1
+  hookscope run --break Conv2d:forward --stop-on-hit --json train.py
+  hookscope run --break-on-nonfinite --report out/ train.py
+
+exit status: the program's own, %d when --stop-on-hit ended the run at a hit,
+%d for bad arguments.
+""" % (EXIT_STOPPED_AT_HIT, EXIT_USAGE)
+
+_PHASE_ALIASES = {"pre": "forward_pre", "forward_pre": "forward_pre", "fwd": "forward", "forward": "forward",
+                  "bwd": "backward", "backward": "backward", "grad": "param_grad", "param_grad": "param_grad"}
+_THRESHOLD = re.compile(r"^(grad_norm|absmax)\s*([<>])\s*([-+0-9.eE]+|inf)$")
+_FILE_LINE = re.compile(r"^(?P<file>.+\.pyw?):(?P<line>\d+)(?::(?P<phases>[\w,]+))?$")
+
+
+class SpecError(ValueError):
+    """A --break SPEC that cannot be understood."""
+
+
+def parse_spec(text: str, spec_id: str, default_phases: list[str] | None = None) -> dict[str, Any]:
+    """A --break SPEC as a protocol ``BreakpointSpec`` map."""
+    text = text.strip()
+    if not text:
+        raise SpecError("an empty breakpoint spec")
+    modifiers: dict[str, int] = {}
+    match = re.search(r"\s+(every|hit)\s+(\d+)\s*$", text)
+    if match:
+        modifiers["every" if match.group(1) == "every" else "hitCount"] = int(match.group(2))
+        text = text[: match.start()]
+    where, _, condition_text = text.partition(" if ")
+    where = where.strip()
+    spec: dict[str, Any] = {"id": spec_id}
+    phases_text = None
+    located = _FILE_LINE.match(where)
+    if located:
+        spec["file"] = os.path.abspath(located.group("file"))
+        spec["line"] = int(located.group("line"))
+        phases_text = located.group("phases")
+    else:
+        if ":" in where:
+            where, phases_text = where.rsplit(":", 1)
+        if not where or not re.fullmatch(r"[\w.*?\[\]-]+", where):
+            raise SpecError(f"{text!r}: expected a layer name, glob, class or file.py:line before ':'")
+        if where[0].isupper() and "." not in where and not any(c in where for c in "*?["):
+            spec["cls"] = where
+        else:
+            spec["layer"] = where
+    condition = _parse_condition(condition_text.strip(), text) if condition_text.strip() else None
+    if phases_text:
+        phases = []
+        for name in phases_text.split(","):
+            phase = _PHASE_ALIASES.get(name.strip())
+            if phase is None:
+                raise SpecError(f"{text!r}: unknown phase {name!r} (one of {', '.join(protocol.PHASES)})")
+            phases.append(phase)
+    elif condition and condition["kind"].startswith("grad_norm"):
+        phases = ["backward"]
+    else:
+        phases = list(default_phases or ["forward"])
+    spec["phases"] = phases
+    if condition:
+        spec["condition"] = condition
+    spec.update(modifiers)
+    return spec
+
+
+def _parse_condition(text: str, spec: str) -> dict[str, Any]:
+    if text == "nonfinite":
+        return {"kind": "nonfinite"}
+    match = _THRESHOLD.match(text)
+    if match:
+        name, op, value = match.groups()
+        try:
+            threshold = float(value)
+        except ValueError:
+            raise SpecError(f"{spec!r}: {value!r} is not a number") from None
+        if name == "absmax":
+            if op != ">":
+                raise SpecError(f"{spec!r}: only absmax>X is supported")
+            return {"kind": "absmax_above", "threshold": threshold}
+        return {"kind": "grad_norm_above" if op == ">" else "grad_norm_below", "threshold": threshold}
+    try:
+        compile(text, "<condition>", "eval")
+    except SyntaxError as exc:
+        raise SpecError(f"{spec!r}: the condition {text!r} is not a Python expression ({exc.msg})") from None
+    return {"kind": "expression", "expression": text}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hookscope", description="PyTorch layer breakpoints in the terminal.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "run", help="run a script under the debugger with layer breakpoints",
+        description="Run a Python script under debugpy with Hookscope; print each layer breakpoint hit.",
+        epilog=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--break", dest="breaks", action="append", default=[], metavar="SPEC",
+                     help="a layer breakpoint (repeatable); syntax below")
+    run.add_argument("--break-on-nonfinite", action="store_true",
+                     help="pause at the first layer that produces NaN/Inf (forward or backward)")
+    run.add_argument("--phase", action="append", choices=sorted(_PHASE_ALIASES), default=None,
+                     help="default phase(s) of --break specs that name none (repeatable)")
+    run.add_argument("--json", action="store_true",
+                     help="one JSON object per line on stdout (program output too, as 'output' events)")
+    run.add_argument("--report", metavar="DIR", help="write report.json and index.html of what was seen")
+    run.add_argument("--stop-on-hit", action="store_true",
+                     help=f"end the run at the first hit (exit status {EXIT_STOPPED_AT_HIT})")
+    run.add_argument("--python", default=sys.executable, help="interpreter for the script (default: this one)")
+    run.add_argument("--no-just-my-code", dest="just_my_code", action="store_false",
+                     help="let the debugger step into libraries")
+    run.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                     help="how long to wait for the debugger and the agent to start (default 60)")
+    run.add_argument("script", help="the Python script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    return parser
+
+
+# ---------------------------------------------------------------------------
+# Output
+
+
+class Printer:
+    """Human-readable or JSON-lines output of the run."""
+
+    def __init__(self, as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+        self.as_json, self.out, self.err = as_json, out, err
+
+    def event(self, name: str, text: str | None = None, **fields: Any) -> None:
+        if self.as_json:
+            self.out.write(json.dumps({"event": name, **fields}, default=_json_default) + "\n")
+            self.out.flush()
+        elif text is not None:
+            stream = self.err if name in ("notice", "warning", "error") else self.out
+            stream.write(text + "\n")
+            stream.flush()
+
+    def program_output(self, category: str, text: str) -> None:
+        if self.as_json:
+            self.event("output", category=category, text=text)
+            return
+        stream = self.err if category == "stderr" else self.out
+        stream.write(text)
+        stream.flush()
+
+    def hit(self, number: int, hit: dict[str, Any], model_name: str | None) -> None:
+        fields = {k: hit.get(k) for k in ("breakpoint", "model", "layer", "phase", "reason", "step",
+                                         "origin", "summaries", "pausing")}
+        if self.as_json:
+            self.event("hit", number=number, **fields)
+            return
+        where = f"{model_name}.{hit['layer']}" if model_name and hit["layer"] else hit["layer"] or model_name
+        lines = [f"hookscope: hit {number} at {where}  [{hit['phase']}, step {hit['step']}]",
+                 f"  reason: {hit['reason']}" + (f" ({hit['origin']})" if hit.get("origin") else "")]
+        rows = [list(SUMMARY_COLUMNS)] + [summary_cells(s) for s in hit.get("summaries") or []]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
+        keep = [i for i in range(len(SUMMARY_COLUMNS)) if any(row[i] for row in rows[1:])] or [0]
+        for row in rows:
+            lines.append("  " + "  ".join(row[i].ljust(widths[i]) if i == 0 else row[i].rjust(widths[i])
+                                          for i in keep))
+        self.out.write("\n".join(lines) + "\n")
+        self.out.flush()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value)} bytes>"
+    return str(value)
+
+
+# ---------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class RunState:
+    specs: list[dict[str, Any]]
+    nonfinite: bool
+    models: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
+    resolved: dict[str, set[str]] = field(default_factory=dict)
+    """spec id -> layers it matched, over every model seen."""
+    reported_unresolved: set[str] = field(default_factory=set)
+    pending_hits: list[tuple[BackendConnection, dict, float]] = field(default_factory=list)
+    pending_stops: list[tuple[int, float]] = field(default_factory=list)
+    hits: int = 0
+    exit_code: int | None = None
+    stopped_at_hit: bool = False
+
+
+class Runner:
+    """One ``hookscope run``."""
+
+    STOP_WITHOUT_HIT_S = 3.0
+    """A debugger stop with no Hookscope hit after this long is someone else's (a user breakpoint)."""
+    HIT_WITHOUT_STOP_S = 20.0
+
+    def __init__(self, args: argparse.Namespace, printer: Printer) -> None:
+        self.args = args
+        self.printer = printer
+        default_phases = [_PHASE_ALIASES[p] for p in args.phase] if args.phase else None
+        specs = [parse_spec(text, f"b{i + 1}", default_phases) for i, text in enumerate(args.breaks)]
+        self.spec_text = {spec["id"]: text for spec, text in zip(specs, args.breaks)}
+        self.state = RunState(specs, args.break_on_nonfinite)
+        self.events: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
+        self.report = Report(args.report, [args.script, *args.args]) if args.report else None
+        self.link: EditorLink | None = None
+        self.dap: DapClient | None = None
+
+    # -- setup --------------------------------------------------------------
+    def run(self) -> int:
+        self.link = EditorLink(on_event=lambda conn, msg: self.events.put(("hs", conn, msg)))
+        self.link.on_connect = lambda conn: self.events.put(("connect", conn, None))
+        try:
+            self.dap = DapClient.start_adapter(self.args.python)
+            self.dap.on_event = lambda event: self.events.put(("dap", event, None))
+            self._launch()
+            return self._loop()
+        except (DapError, TimeoutError) as exc:
+            self.printer.event("error", f"hookscope: {exc}", message=str(exc))
+            return 1
+        finally:
+            if self.report is not None:
+                self.report.exit_code = self.state.exit_code
+                page = self.report.write()
+                self.printer.event("report", f"hookscope: report written to {page}", path=page)
+            if self.dap is not None:
+                self.dap.close()
+            self.link.close()
+
+    def _launch(self) -> None:
+        assert self.dap is not None and self.link is not None
+        self.dap.initialize("hookscope-cli")
+        env = dict(self.link.env())
+        env["PYTHONPATH"] = bootstrap.pythonpath(os.environ.get("PYTHONPATH"))
+        launch = self.dap.send_request("launch", {
+            "name": "hookscope run", "type": "debugpy", "request": "launch",
+            "program": os.path.abspath(self.args.script), "args": self.args.args,
+            "cwd": os.getcwd(), "python": [self.args.python], "console": "internalConsole",
+            "justMyCode": self.args.just_my_code, "env": env,
+            # justMyCode hides a stop made from site-packages; this rule lets Hookscope's through.
+            "rules": [{"module": "hookscope", "include": True}],
+            "redirectOutput": True, "showReturnValue": False,
+        })
+        self.dap.wait_event("initialized", timeout=self.args.timeout)
+        try:
+            # The agent starts when debugpy loads in the program, before it runs:
+            # breakpoints are in place before the first step.
+            conn = self.link.wait_connection(self.args.timeout)
+            self._configure(conn)
+        except TimeoutError:
+            self.printer.event("warning", "hookscope: the Hookscope agent did not connect; running without "
+                               "layer breakpoints", message="agent did not connect")
+        self.dap.request("setExceptionBreakpoints", {"filters": []})
+        self.dap.request("configurationDone")
+        launch.result(self.args.timeout)
+
+    def _configure(self, conn: BackendConnection) -> None:
+        if getattr(conn, "_hookscope_configured", False):
+            return
+        conn._hookscope_configured = True  # type: ignore[attr-defined]
+        self.printer.event("connected", None, pid=conn.pid, rank=conn.hello.get("rank"))
+        if self.state.specs:
+            conn.request("setBreakpoints", breakpoints=self.state.specs)
+        if self.state.nonfinite:
+            conn.request("setBreakOnNonFinite", enabled=True)
+
+    # -- the event loop -------------------------------------------------------------
+    def _loop(self) -> int:
+        terminated = False
+        while not terminated:
+            try:
+                kind, a, b = self.events.get(timeout=0.5)
+            except queue.Empty:
+                kind = "tick"
+                a = b = None
+            if kind == "dap":
+                terminated = self._on_dap(a)
+            elif kind == "hs":
+                self._on_backend(a, b)
+            elif kind == "connect":
+                self._configure(a)
+            if self._pair_hits_and_stops():
+                return EXIT_STOPPED_AT_HIT
+            if self.dap is not None and self.dap.closed and self.events.empty():
+                break
+        self._drain_backend_events()
+        self._report_unresolved(final=True)
+        code = self.state.exit_code if self.state.exit_code is not None else 1
+        self.printer.event("exited", f"hookscope: the program exited with status {code}", exitCode=code,
+                           hits=self.state.hits)
+        return code
+
+    def _drain_backend_events(self) -> None:
+        while True:
+            try:
+                kind, a, b = self.events.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "hs":
+                self._on_backend(a, b)
+            elif kind == "dap":
+                self._on_dap(a)
+
+    def _on_dap(self, event: dict) -> bool:
+        name, body = event.get("event"), event.get("body") or {}
+        if name == "output":
+            category = body.get("category", "console")
+            if category in ("stdout", "stderr"):
+                self.printer.program_output(category, body.get("output", ""))
+        elif name == "stopped":
+            self.state.pending_stops.append((body.get("threadId"), time.monotonic()))
+        elif name == "exited":
+            self.state.exit_code = int(body.get("exitCode", 0))
+        elif name == "terminated":
+            return True
+        return False
+
+    def _on_backend(self, conn: BackendConnection, message: dict) -> None:
+        mtype = message.get("type")
+        if mtype == "modelAdded":
+            tree = message["model"]
+            self.state.models[(conn.pid, tree["id"])] = tree
+            if self.report is not None:
+                self.report.add_model(tree)
+            self.printer.event("model", f"hookscope: model {tree['name']} ({tree['cls']}, "
+                               f"{len(tree['modules'])} modules, {tree['params']:,} parameters)",
+                               pid=conn.pid, model=tree)
+            self._resolve_again(conn)
+        elif mtype == "hit":
+            self.state.hits += 1
+            tree = self.state.models.get((conn.pid, message.get("model")))
+            self.printer.hit(self.state.hits, message, tree["name"] if tree else None)
+            if message.get("pausing"):
+                self.state.pending_hits.append((conn, message, time.monotonic()))
+            else:
+                self._record_hit(conn, message)
+                if self.args.stop_on_hit:
+                    self.state.stopped_at_hit = True
+        elif mtype == "notice":
+            if message.get("code") == "breakpointUnresolved":
+                return  # the CLI reports unresolved specs itself, once models are known
+            self.printer.event("notice", f"hookscope: {message.get('level')}: {message.get('message')}",
+                               level=message.get("level"), message=message.get("message"),
+                               code=message.get("code"))
+            if self.report is not None:
+                self.report.add_notice(message)
+        elif mtype == "stats":
+            self.printer.event("stats", None, dropped=message.get("dropped"), queued=message.get("queued"))
+
+    def _resolve_again(self, conn: BackendConnection) -> None:
+        """Re-send the breakpoints now that a model is known, to learn what each spec matched."""
+        if not self.state.specs:
+            return
+        try:
+            resolved = conn.request("setBreakpoints", breakpoints=self.state.specs).get("resolved", [])
+        except (RequestError, TimeoutError) as exc:
+            self.printer.event("warning", f"hookscope: setting breakpoints failed: {exc}", message=str(exc))
+            return
+        for entry in resolved:
+            self.state.resolved.setdefault(entry.get("id", ""), set()).update(entry.get("layers") or [])
+        self._report_unresolved(final=False, errors={e.get("id"): e.get("error") for e in resolved})
+
+    def _report_unresolved(self, final: bool, errors: dict[str, Any] | None = None) -> None:
+        if not self.state.models and not final:
+            return
+        for spec in self.state.specs:
+            spec_id = spec["id"]
+            if self.state.resolved.get(spec_id) or spec_id in self.state.reported_unresolved:
+                continue
+            if final and not self.state.models:
+                detail = "no model was found in the program"
+            else:
+                detail = (errors or {}).get(spec_id) or "matches no layer"
+                detail += self._suggestion(spec)
+            self.state.reported_unresolved.add(spec_id)
+            text = self.spec_text.get(spec_id, spec_id)
+            self.printer.event("error", f"hookscope: --break {text!r}: {detail}",
+                               message=f"--break {text!r}: {detail}", spec=text, code="breakpointUnresolved")
+
+    def _suggestion(self, spec: dict[str, Any]) -> str:
+        import difflib
+
+        names: list[str] = []
+        for tree in self.state.models.values():
+            key = "cls" if "cls" in spec else "name"
+            names += [m[key] for m in tree["modules"] if m[key]]
+        wanted = spec.get("layer") or spec.get("cls")
+        if not wanted:
+            return ""
+        close = difflib.get_close_matches(wanted, sorted(set(names)), n=3, cutoff=0.5)
+        return f" (did you mean {', '.join(close)}?)" if close else ""
+
+    # -- pairing a hit (socket) with its debugger stop (DAP) -----------------------
+    def _pair_hits_and_stops(self) -> bool:
+        """Continue stopped threads; returns True when the run should end here (--stop-on-hit)."""
+        assert self.dap is not None
+        state = self.state
+        if state.stopped_at_hit:
+            self._terminate()
+            return True
+        now = time.monotonic()
+        while state.pending_hits and state.pending_stops:
+            conn, hit, _ = state.pending_hits.pop(0)
+            thread_id, _ = state.pending_stops.pop(0)
+            self._record_hit(conn, hit)  # while paused: the layer's tensors are this hit's
+            if self.args.stop_on_hit:
+                self._terminate()
+                return True
+            self._continue(thread_id)
+        for thread_id, since in list(state.pending_stops):
+            if now - since > self.STOP_WITHOUT_HIT_S:
+                state.pending_stops.remove((thread_id, since))
+                self.printer.event("notice", "hookscope: the debugger paused the program outside a Hookscope "
+                                   "hit (a breakpoint in the code?); continuing", level="info",
+                                   message="paused outside a Hookscope hit", code="foreignStop")
+                self._continue(thread_id)
+        for entry in list(state.pending_hits):
+            if now - entry[2] > self.HIT_WITHOUT_STOP_S:
+                state.pending_hits.remove(entry)
+                self.printer.event("warning", "hookscope: a hit was announced but the debugger did not pause "
+                                   "(justMyCode filtering the stop?)", message="hit without a stop")
+        return False
+
+    def _record_hit(self, conn: BackendConnection, hit: dict) -> None:
+        if self.report is None:
+            return
+        image = None
+        tree = self.state.models.get((conn.pid, hit.get("model")))
+        module = next((m for m in tree["modules"] if m["name"] == hit.get("layer")), None) if tree else None
+        if module is not None and "Conv" in module["cls"] and len(self.report.hits) < 50:
+            try:
+                image = conn.request("render", timeout=30, view="featureMap", layer=hit["layer"],
+                                     model=hit["model"])
+            except (RequestError, TimeoutError) as exc:
+                self.printer.event("notice", None, level="info", message=f"no feature map: {exc}")
+        self.report.add_hit(hit, image)
+
+    def _continue(self, thread_id: int) -> None:
+        assert self.dap is not None
+        try:
+            self.dap.request("continue", {"threadId": thread_id}, timeout=30)
+        except DapError:
+            pass  # the program may have ended meanwhile
+
+    def _terminate(self) -> None:
+        assert self.dap is not None
+        try:
+            self.dap.request("disconnect", {"terminateDebuggee": True}, timeout=30)
+        except (DapError, TimeoutError):
+            pass
+        self.printer.event("stopped", "hookscope: stopped at the first hit (--stop-on-hit)",
+                           hits=self.state.hits)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "run":
+        if not os.path.isfile(args.script):
+            parser.error(f"no such script: {args.script}")
+        try:
+            runner = Runner(args, Printer(args.json))
+        except SpecError as exc:
+            parser.error(f"--break: {exc}")
+        return runner.run()
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
