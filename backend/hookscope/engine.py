@@ -250,7 +250,8 @@ class Engine:
     def _req_removeIntervention(self, request: dict) -> dict:
         if self._interventions is None:
             return {"removed": 0}
-        return {"removed": self._interventions.remove(request.get("id"))}
+        target = request.get("intervention")
+        return {"removed": self._interventions.remove(target if isinstance(target, str) else None)}
 
     def _req_listInterventions(self, request: dict) -> dict:
         if self._interventions is None:
@@ -556,12 +557,17 @@ class Engine:
         def pre(module: nn.Module, args: tuple) -> None:
             if REPLAY.depth or layer_handles:
                 return
-            for name, sub in module.named_modules():
+            for name, sub in module.named_modules(remove_duplicate=False):
+                if not name:
+                    continue
                 layer_handles.append(sub.register_forward_hook(record(name)))
 
         def post(module: nn.Module, args: tuple, output: Any) -> None:
             if REPLAY.depth or not layer_handles:
                 return
+            first = summaries_first_tensor(output)
+            if first is not None:
+                shapes[""] = list(first.shape)  # the root's own record hook runs after this one
             for handle in layer_handles:
                 handle.remove()
             layer_handles.clear()

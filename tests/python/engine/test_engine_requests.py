@@ -1,0 +1,185 @@
+"""Engine requests: watch, summaries, parameter gradients, shapes, render, interventions, hygiene."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+
+import pytest
+import torch
+from torch import nn
+
+from engine_models import Net, batch, hooks_left, train
+from hookscope import protocol
+from hookscope.engine import Engine
+from hookscope.protocol import ProtocolError
+
+
+@pytest.fixture
+def setup():
+    torch.manual_seed(0)
+    model = Net()
+    events: list[dict] = []
+    engine = Engine(events.append)
+    engine.add_model("m", model)
+    yield model, engine, events
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
+def req(engine: Engine, type_: str, **fields) -> dict:
+    message = {"type": type_, "id": 1, **fields}
+    protocol.validate(message)
+    return engine.handle(message)
+
+
+def step(model: nn.Module, seed: int = 0) -> None:
+    x, y = batch(seed)
+    nn.functional.cross_entropy(model(x), y).backward()
+
+
+def test_shapes_once_then_no_hook(setup):
+    model, engine, events = setup
+    model(batch(0)[0])
+    shapes = [e for e in events if e["type"] == "shapes"]
+    assert len(shapes) == 1 and shapes[0]["shapes"]["fc2"] == [4, 5] and shapes[0]["shapes"][""] == [4, 5]
+    assert shapes[0]["shapes"]["layer1.0.conv1"] == [4, 8, 8, 8]
+    assert hooks_left(model) == []  # nothing watched: no Hookscope hook at all
+    model(batch(1)[0])
+    assert len([e for e in events if e["type"] == "shapes"]) == 1
+
+
+def test_watch_streams_forward_and_backward_summaries(setup):
+    model, engine, events = setup
+    assert req(engine, "watch", layers=["fc1", "layer1.0"], rateHz=1000.0) == {"layers": ["fc1", "layer1.0"]}
+    step(model)
+    got = [(e["layer"], e["phase"]) for e in events if e["type"] == "summaries"]
+    assert ("fc1", "forward") in got and ("fc1", "backward") in got and ("layer1.0", "forward") in got
+    fwd = next(e for e in events if e["type"] == "summaries" and e["layer"] == "fc1")
+    protocol.validate(fwd)
+    assert {t["path"] for t in fwd["tensors"]} == {"inputs[0]", "output"} and fwd["step"] == 1
+    body = req(engine, "getSummaries", layer="fc1")
+    paths = {t["path"] for t in body["tensors"]}
+    assert {"inputs[0]", "output", "grad_output", "weight.grad", "bias.grad"} <= paths
+    assert body["step"] == 1
+    assert req(engine, "watch", layers=[]) == {"layers": []}
+    model(batch(0)[0])
+    assert hooks_left(model) == []
+
+
+def test_watch_rate_limits(setup):
+    model, engine, events = setup
+    req(engine, "watch", layers=["fc2"], rateHz=0.001)  # at most once in 1000 s
+    for i in range(5):
+        model(batch(i)[0])
+    assert len([e for e in events if e["type"] == "summaries" and e["phase"] == "forward"]) == 1
+
+
+def test_unknown_layer_and_model_are_clear_errors(setup):
+    _, engine, _ = setup
+    with pytest.raises(ProtocolError) as info:
+        req(engine, "watch", layers=["nope"])
+    assert info.value.code == protocol.ERR_UNKNOWN_LAYER and "nope" in str(info.value)
+    with pytest.raises(ProtocolError) as info:
+        req(engine, "getSummaries", layer="fc1", model="other")
+    assert info.value.code == protocol.ERR_UNKNOWN_LAYER
+    with pytest.raises(ProtocolError) as info:
+        engine.handle({"type": "frobnicate", "id": 3})
+    assert info.value.code == protocol.ERR_UNKNOWN_TYPE
+
+
+def test_param_grads_in_one_pass(setup):
+    model, engine, _ = setup
+    step(model)
+    params = req(engine, "getParamGrads")["params"]
+    by_name = {p["name"]: p for p in params}
+    assert set(by_name) == {n for n, p in model.named_parameters() if p.grad is not None}
+    w = model.fc2.weight.grad
+    assert by_name["fc2.weight"]["norm"] == pytest.approx(float(w.norm()), rel=1e-6)
+    assert by_name["fc2.weight"]["absmax"] == pytest.approx(float(w.abs().max()))
+    assert by_name["fc2.weight"]["shape"] == [5, 16] and by_name["fc2.weight"]["nan"] == 0
+
+
+def test_training_is_bit_exact_with_everything_watched():
+    torch.manual_seed(0)
+    reference = Net()
+    watched = copy.deepcopy(reference)
+    torch.manual_seed(5)
+    ref_losses = train(reference, 4)
+    engine = Engine(lambda e: None)
+    engine.add_model("m", watched)
+    engine.handle({"type": "watch", "id": 1, "layers": [n for n, _ in watched.named_modules()], "rateHz": 1e6})
+    engine.set_breakpoints([{"id": "a", "layer": "*", "phases": ["forward", "backward", "param_grad"],
+                             "callback": lambda hit: None}])
+    engine.set_break_on_nonfinite(True)
+    torch.manual_seed(5)
+    losses = train(watched, 4)
+    assert losses == ref_losses
+    for a, b in zip(watched.parameters(), reference.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(watched.buffers(), reference.buffers()):
+        assert torch.equal(a, b)
+    assert engine.handle({"type": "removeHooks", "id": 2})["removed"] > 0
+    assert hooks_left(watched) == []
+
+
+def test_remove_model_drops_its_hooks(setup):
+    model, engine, _ = setup
+    req(engine, "watch", layers=["fc1"])
+    engine.set_breakpoints([{"id": "a", "layer": "fc2"}])
+    engine.set_break_on_nonfinite(True)
+    engine.remove_model("m")
+    assert hooks_left(model) == []
+    assert engine.hook_count == 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hookscope.visuals") is None, reason="visuals not built")
+def test_render_feature_map_captures_on_demand(setup):
+    model, engine, _ = setup
+    with pytest.raises(ProtocolError) as info:
+        req(engine, "render", view="featureMap", layer="stem")
+    assert info.value.code == protocol.ERR_NOT_AVAILABLE and "next forward" in str(info.value)
+    model(batch(0)[0])
+    body = req(engine, "render", view="featureMap", layer="stem")
+    assert body["png"].startswith(b"\x89PNG") and body["width"] > 0
+    body = req(engine, "render", view="histogram", layer="stem")
+    assert body["png"].startswith(b"\x89PNG")
+    step(model)
+    assert req(engine, "render", view="gradientFlow")["png"].startswith(b"\x89PNG")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hookscope.interventions") is None,
+                    reason="interventions not built")
+def test_interventions_are_routed_and_removed(setup):
+    model, engine, _ = setup
+    x = batch(0)[0]
+    model.eval()
+    iv = req(engine, "addIntervention", layer="fc1", kind="scale", value=0.0)["id"]
+    with torch.no_grad():
+        out = model(x)
+    expected = model.fc2(torch.tanh(torch.zeros(4, 16)))
+    assert torch.allclose(out, expected)
+    assert [i["id"] for i in req(engine, "listInterventions")["interventions"]] == [iv]
+    assert req(engine, "removeIntervention", intervention=iv) == {"removed": 1}
+    with pytest.raises(ProtocolError) as info:
+        req(engine, "addIntervention", layer="fc1", kind="explode")
+    assert info.value.code == protocol.ERR_BAD_MESSAGE
+
+
+def test_list_hooks_routes_to_the_inventory_or_says_not_available(setup):
+    model, engine, _ = setup
+    engine.set_breakpoints([{"id": "a", "layer": "fc2"}])
+    if importlib.util.find_spec("hookscope.inventory") is None:
+        with pytest.raises(ProtocolError) as info:
+            req(engine, "listHooks")
+        assert info.value.code == protocol.ERR_NOT_AVAILABLE and "inventory" in str(info.value)
+    else:
+        hooks = req(engine, "listHooks")["hooks"]
+        assert any(h["module"].endswith("fc2") or h["module"] == "fc2" for h in hooks)
+
+
+def test_inspect_value_needs_a_pause(setup):
+    _, engine, _ = setup
+    with pytest.raises(ProtocolError) as info:
+        req(engine, "inspectValue", expression="output")
+    assert info.value.code == protocol.ERR_NOT_AVAILABLE
