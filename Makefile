@@ -49,8 +49,17 @@ test-ts: setup-node build
 test-e2e: package
 	bash tests/e2e/run.sh
 
-bench: setup
-	$(PY) bench/run.py
+# The benchmark's own environment: the peers (transformers, TorchLens) never enter the test venv.
+BENCH_VENV := .venv-bench
+$(BENCH_VENV)/.stamp: pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[dev]' transformers torchlens
+	touch $@
+
+bench: $(BENCH_VENV)/.stamp
+	$(BENCH_VENV)/bin/python bench/run.py --python $(BENCH_VENV)/bin/python
 
 clean:
-	rm -rf $(VENV) node_modules dist out *.vsix .e2e
+	rm -rf $(VENV) $(BENCH_VENV) node_modules dist out *.vsix .e2e

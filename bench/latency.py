@@ -1,0 +1,84 @@
+"""Protocol latency and throughput, in one process (no debugger): the agent talks to a stand-in editor.
+
+* hook -> ``hit`` frame arriving at the editor's socket reader (p50/p95), with a
+  layer breakpoint whose action is "log" (no debugger to pause);
+* summaries per second and MB/s streamed through the protocol for a
+  1000-layer model watched at an unlimited rate.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backend"))
+
+import hookscope  # noqa: E402
+from hookscope import codec  # noqa: E402
+from hookscope.editor_link import EditorLink  # noqa: E402
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    link = EditorLink()
+    hookscope.connect(link.addr, link.token, timeout=30)
+    conn = link.wait_connection(30)
+
+    small = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    stack = nn.Sequential(*[nn.Linear(8, 8) for _ in range(1000)])
+    models = {}
+    while len(models) < 2:
+        model = conn.wait_event("modelAdded", timeout=30)["model"]
+        models[len(model["modules"])] = model["id"]
+    small_id, stack_id = models[4], models[1001]
+
+    fired: list[float] = []
+    small[2].register_forward_pre_hook(lambda *_: fired.append(time.perf_counter()))
+    conn.request("setBreakpoints", breakpoints=[{"id": "lat", "layer": "2", "phases": ["forward"],
+                                                 "action": "log"}])
+    latencies = []
+    x = torch.randn(4, 16)
+    for _ in range(200):
+        small(x)
+        conn.wait_event("hit", timeout=10)
+        latencies.append((time.perf_counter() - fired[-1]) * 1e3)
+    conn.request("setBreakpoints", breakpoints=[])
+    print(f"hook -> hit frame at the editor: p50 {statistics.median(latencies):.2f} ms, "
+          f"p95 {percentile(latencies, 0.95):.2f} ms (200 hits)")
+
+    layers = [str(i) for i in range(1000)]
+    conn.request("watch", model=stack_id, layers=layers, rateHz=1e6)
+    before = len(conn.received)
+    x = torch.randn(2, 8)
+    start = time.perf_counter()
+    with torch.no_grad():
+        while time.perf_counter() - start < 3.0:
+            stack(x)
+    deadline = time.perf_counter() + 5
+    while time.perf_counter() < deadline:  # let the queue drain
+        n = len(conn.received)
+        time.sleep(0.2)
+        if len(conn.received) == n:
+            break
+    elapsed = time.perf_counter() - start
+    frames = [m for m in conn.received[before:] if m.get("type") == "summaries"]
+    size = sum(len(codec.encode(m)) for m in frames)
+    tensors = sum(len(m["tensors"]) for m in frames)
+    conn.request("watch", model=stack_id, layers=[])
+    print(f"summaries streamed: {len(frames) / elapsed:.0f} frames/s ({tensors / elapsed:.0f} tensor "
+          f"summaries/s), {size / elapsed / 1e6:.2f} MB/s over {elapsed:.1f} s")
+    del small_id
+    link.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""``make bench``: every benchmark in one run, written to bench/RESULTS.md.
+
+Rows (median step time of forward+backward+optimizer step after warm-up):
+plain Python; under debugpy (the baseline the ratios divide by); Hookscope
+connected with nothing watched; break on NaN/Inf over all layers; summaries
+of all layers streamed at the panel's rate; a never-true conditional layer
+breakpoint on every layer; and the peers detect_anomaly, Hugging Face's
+DebugUnderflowOverflow and TorchLens. Each row is one process that trains
+every model, so rows are measured side by side in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "backend"))
+
+from hookscope import bootstrap  # noqa: E402
+from hookscope.dap_client import DapClient  # noqa: E402
+from hookscope.editor_link import EditorLink  # noqa: E402
+
+MODELS = ["cnn", "transformer", "resnet18", "stack10", "stack100", "stack1000"]
+HOOKSCOPE_MODES = {
+    "hookscope-idle": "Hookscope connected, nothing watched",
+    "hookscope-nonfinite": "Hookscope break on NaN/Inf, all layers",
+    "hookscope-summaries": "Hookscope summaries of all layers at panel rate (4 Hz)",
+    "hookscope-condbp": "Layer breakpoint (never-true condition) on every layer",
+}
+PEER_MODES = {
+    "anomaly": "torch.autograd.set_detect_anomaly(True)",
+    "hf": "transformers DebugUnderflowOverflow",
+    "torchlens": "TorchLens log_forward_pass(all activations) + step",
+}
+LABELS = {"plain": "plain Python, no debugger", "debugpy": "under debugpy, no Hookscope",
+          **HOOKSCOPE_MODES, **PEER_MODES}
+
+
+def configure(mode: str, link: EditorLink, expected_models: int, timeout: float = 120.0) -> None:
+    """Ask the agent what this row measures, for every model it found."""
+    conn = link.wait_connection(timeout)
+    models = []
+    deadline = time.monotonic() + timeout
+    while len(models) < expected_models:
+        models.append(conn.wait_event("modelAdded", timeout=max(1.0, deadline - time.monotonic()))["model"])
+    if mode == "hookscope-nonfinite":
+        conn.request("setBreakOnNonFinite", enabled=True)
+    elif mode == "hookscope-summaries":
+        for model in models:
+            layers = [m["name"] for m in model["modules"] if m["name"]]
+            conn.request("watch", model=model["id"], layers=layers, rateHz=4.0)
+    elif mode == "hookscope-condbp":
+        conn.request("setBreakpoints", breakpoints=[{
+            "id": "never", "layer": "*", "phases": ["forward", "backward"],
+            "condition": {"kind": "absmax_above", "threshold": 1e30}}])
+
+
+def run_row(mode: str, python: str, models: list[str], args: argparse.Namespace, tmp: Path) -> dict:
+    out = tmp / f"{mode}.json"
+    worker = [str(HERE / "worker.py"), "--models", ",".join(models), "--mode", mode,
+              "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device,
+              "--out", str(out)]
+    if mode == "plain":
+        subprocess.run([python, *worker], check=True, cwd=HERE)
+        return json.loads(out.read_text())
+    link = EditorLink() if mode.startswith("hookscope") else None
+    env = {"PYTHONUNBUFFERED": "1"}
+    if link is not None:
+        ready = tmp / f"{mode}.ready"
+        worker += ["--ready-file", str(ready)]
+        env.update(link.env())
+        env["PYTHONPATH"] = bootstrap.pythonpath(os.environ.get("PYTHONPATH"))
+    dap = DapClient.start_adapter(python)
+    try:
+        dap.initialize("hookscope-bench")
+        launch = dap.send_request("launch", {
+            "name": f"bench {mode}", "type": "debugpy", "request": "launch",
+            "program": worker[0], "args": worker[1:], "cwd": str(HERE), "python": [python],
+            "console": "internalConsole", "justMyCode": True, "env": env,
+            "rules": [{"module": "hookscope", "include": True}], "redirectOutput": True})
+        dap.wait_event("initialized", timeout=60)
+        dap.request("setExceptionBreakpoints", {"filters": []})
+        dap.request("configurationDone")
+        launch.result(60)
+        if link is not None:
+            configure(mode, link, expected_models=len(models))
+            ready.write_text("go")
+        dap.wait_event("terminated", timeout=args.row_timeout)
+    finally:
+        dap.close()
+        if link is not None:
+            link.close()
+    return json.loads(out.read_text())
+
+
+def peer_available(mode: str, python: str) -> str | None:
+    module = {"hf": "transformers.debug_utils", "torchlens": "torchlens"}.get(mode)
+    if module is None:
+        return None
+    probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True)
+    if probe.returncode:
+        return f"not installed ({probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else 'import failed'})"
+    return None
+
+
+def extra(script: str, python: str) -> str:
+    """Output of a side benchmark script (render, LSP, latency), or why it could not run."""
+    path = HERE / script
+    if not path.exists():
+        return f"(`bench/{script}` is missing)"
+    proc = subprocess.run([python, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    if proc.returncode:
+        return f"(`bench/{script}` failed: {proc.stderr.strip().splitlines()[-1:]})"
+    return proc.stdout.strip()
+
+
+def versions(python: str) -> str:
+    code = ("import sys, torch, debugpy, hookscope; "
+            "print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, "
+            "debugpy {debugpy.__version__}, hookscope {hookscope.__version__}')")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--modes", default=",".join(LABELS))
+    parser.add_argument("--row-timeout", type=float, default=900)
+    parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    args = parser.parse_args()
+    models = args.models.split(",")
+    rows: dict[str, dict | str] = {}
+    with tempfile.TemporaryDirectory(prefix="hookscope-bench-") as tmp:
+        for mode in args.modes.split(","):
+            missing = peer_available(mode, args.python)
+            if missing:
+                rows[mode] = missing
+                continue
+            print(f"bench: {LABELS[mode]} ...", flush=True)
+            try:
+                rows[mode] = run_row(mode, args.python, models, args, Path(tmp))
+            except Exception as exc:  # noqa: BLE001 - a row that cannot run says why in the table
+                rows[mode] = f"failed: {type(exc).__name__}: {exc}"
+    side = {name: extra(name, args.python) for name in ("latency.py", "render_bench.py", "lsp_bench.py")}
+    text = render_markdown(rows, models, args, side)
+    Path(args.out).write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+def render_markdown(rows: dict, models: list[str], args: argparse.Namespace, side: dict[str, str]) -> str:
+    base = rows.get("debugpy")
+    plain = rows.get("plain")
+    lines = [
+        "# Hookscope benchmark results", "",
+        f"Date {datetime.date.today().isoformat()}; machine: {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{platform.platform()}; device `{args.device}`; {versions(args.python)}.",
+        f"Median of {args.steps} steps after {args.warmup} warm-up steps (forward + backward + optimizer "
+        "step). Ratios divide by the row 'under debugpy, no Hookscope' measured in the same run; "
+        "the ratio to plain Python is in brackets.", "",
+        "| row | " + " | ".join(models) + " |",
+        "|---|" + "---|" * len(models),
+    ]
+    for mode, row in rows.items():
+        cells = []
+        for model in models:
+            if isinstance(row, str):
+                cells.append(row if model == models[0] else "")
+                continue
+            t = row["results"][model]["median_s"]
+            cell = f"{t * 1e3:.2f} ms"
+            if isinstance(base, dict) and mode != "plain":
+                cell += f" · **{t / base['results'][model]['median_s']:.2f}×**"
+            if isinstance(plain, dict):
+                cell += f" ({t / plain['results'][model]['median_s']:.2f}×)"
+            cells.append(cell)
+        lines.append(f"| {LABELS[mode]} | " + " | ".join(cells) + " |")
+    lines += ["", "## Cost per watched layer (stack of N small layers)", "",
+              "| row | µs per layer per step, N=10 | N=100 | N=1000 |", "|---|---|---|---|"]
+    if isinstance(base, dict):
+        for mode in HOOKSCOPE_MODES:
+            row = rows.get(mode)
+            if not isinstance(row, dict):
+                continue
+            cells = []
+            for n in (10, 100, 1000):
+                key = f"stack{n}"
+                if key in row["results"] and key in base["results"]:
+                    delta = row["results"][key]["median_s"] - base["results"][key]["median_s"]
+                    cells.append(f"{delta / n * 1e6:.1f}")
+                else:
+                    cells.append("–")
+            lines.append(f"| {LABELS[mode]} | " + " | ".join(cells) + " |")
+    lines += ["", "## Memory", "", "| row | peak RSS | tensors alive after the run (not parameters) |",
+              "|---|---|---|"]
+    for mode, row in rows.items():
+        if isinstance(row, dict):
+            lines.append(f"| {LABELS[mode]} | {row['peak_rss_mb']:.0f} MB | {row['live_tensors']} "
+                         f"({row['live_tensor_bytes'] / 1e6:.2f} MB) |")
+    for name, text in side.items():
+        lines += ["", f"## {name}", "", "```", text, "```"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""One benchmark process: trains each model for a few steps and writes median step times as JSON.
+
+Run plainly or under the debugpy adapter by ``bench/run.py``; the Hookscope
+rows differ only in what the stand-in editor asked the agent to do before
+``--ready-file`` appeared. Peers (detect_anomaly, DebugUnderflowOverflow,
+TorchLens) are switched on here by ``--mode``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import models
+
+
+def wait_for(path: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.01)
+
+
+def live_activation_bytes() -> tuple[int, int]:
+    """Tensors alive that are not parameters/grads/optimizer state: (count, bytes)."""
+    gc.collect()
+    count = size = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and not isinstance(obj, torch.nn.Parameter):
+            try:
+                if obj.is_leaf and not obj.requires_grad and obj.grad_fn is None and obj.dim() == 0:
+                    continue
+                count += 1
+                size += obj.numel() * obj.element_size()
+            except Exception:  # noqa: BLE001 - exotic tensor subclasses
+                continue
+    return count, size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--mode", default="plain")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--ready-file")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    built = {name: models.build(name, args.device) for name in args.models.split(",")}
+    if args.ready_file:
+        # The stand-in editor configures Hookscope for every model found, then writes this file.
+        Path(args.ready_file + ".models").write_text(json.dumps(list(built)))
+        wait_for(args.ready_file)
+    if args.mode == "anomaly":
+        torch.autograd.set_detect_anomaly(True)
+    results: dict[str, dict] = {}
+    for name, (model, batch, loss_fn) in built.items():
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        if args.mode == "hf":
+            from transformers.debug_utils import DebugUnderflowOverflow
+            DebugUnderflowOverflow(model)
+        times = []
+        for i in range(args.warmup + args.steps):
+            x, y = batch()
+            sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+            sync()
+            start = time.perf_counter()
+            if args.mode == "torchlens":
+                import torchlens
+                torchlens.log_forward_pass(model, x, layers_to_save="all", vis_opt="none")
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            sync()
+            if i >= args.warmup:
+                times.append(time.perf_counter() - start)
+        del loss
+        results[name] = {"median_s": statistics.median(times), "steps": len(times)}
+    count, size = live_activation_bytes()
+    out = {"mode": args.mode, "results": results,
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "live_tensors": count, "live_tensor_bytes": size}
+    Path(args.out).write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
