@@ -119,9 +119,8 @@ function buildVisualSection(): HTMLElement {
     const n = Number(cls.value);
     dispatch({ type: 'targetClass', targetClass: cls.value.trim() !== '' && Number.isInteger(n) ? n : undefined });
   });
-  const source = el('select', { 'data-testid': 'hist-source' },
-    el('option', { value: 'output', text: 'activations' }), el('option', { value: 'grad', text: 'gradients' }));
-  source.addEventListener('change', () => dispatch({ type: 'histogramSource', source: source.value as 'output' | 'grad' }));
+  const logScale = el('input', { type: 'checkbox', 'data-testid': 'hist-log' });
+  logScale.addEventListener('change', () => dispatch({ type: 'histogramLog', log: logScale.checked }));
 
   const refresh = el('button', { 'data-testid': 'visual-render', title: 'Render again', text: 'Render' });
   refresh.addEventListener('click', () => requestRender(true));
@@ -150,7 +149,7 @@ function buildVisualSection(): HTMLElement {
         el('label', {}, sort, ' sort by strength')),
       el('span', { class: 'opts', 'data-opts': 'attention' }, el('label', {}, 'head ', head)),
       el('span', { class: 'opts', 'data-opts': 'gradCam' }, el('label', {}, 'class ', cls)),
-      el('span', { class: 'opts', 'data-opts': 'histogram' }, source),
+      el('span', { class: 'opts', 'data-opts': 'histogram' }, el('label', {}, logScale, ' log scale')),
       refresh, save),
     el('div', { class: 'enlarged', 'data-testid': 'enlarged-channel' }),
     el('div', { class: 'image-box' }, image),
@@ -296,8 +295,9 @@ function drawVisualControls(): void {
 }
 
 function pagesFromMeta(): number | undefined {
-  const total = lastImage?.meta.totalChannels;
-  return typeof total === 'number' ? pageCount(total) : undefined;
+  const meta = lastImage?.meta;
+  if (typeof meta?.pages === 'number') return meta.pages;
+  return typeof meta?.totalChannels === 'number' ? pageCount(meta.totalChannels) : undefined;
 }
 
 // ---- rendering requests ----------------------------------------------------------------
@@ -330,7 +330,7 @@ function onImageDone(): void {
 function formatMeta(meta: Record<string, unknown>): string {
   const parts: string[] = [];
   for (const [k, v] of Object.entries(meta)) {
-    if (k === 'channels' && Array.isArray(v) && v.length > 8) continue;
+    if (Array.isArray(v) && v.length > 8) continue;
     if (v === null || typeof v === 'object' && !Array.isArray(v)) continue;
     parts.push(`${k}: ${Array.isArray(v) ? v.map((x) => (typeof x === 'number' ? formatNumber(x) : String(x))).join(', ')
       : typeof v === 'number' ? formatNumber(v) : String(v)}`);

@@ -1,5 +1,8 @@
 // The webview's own UI state (which visual, its options, the enlarged channel) and the
 // render options it turns into. Persisted with getState/setState. Pure; unit-tested.
+// Option names are those of the backend's renderers (hookscope.visuals: feature_map's
+// page/per_page/batch/shared_scale/sort_by_strength/channel, attention_map's head,
+// grad_cam's target, histogram's log), which the engine passes through as keywords.
 
 import type { VisualKind } from '../src/protocol/webview';
 
@@ -10,7 +13,7 @@ export interface UiState {
   featureMap: { page: number; batch: number; sharedScale: boolean; sort: boolean };
   attention: { head: number | 'mean' };
   gradCam: { targetClass?: number };
-  histogram: { source: 'output' | 'grad' };
+  histogram: { log: boolean };
   /** Channel shown large (feature map), if any. */
   enlarged?: number;
   showVisual: boolean;
@@ -22,7 +25,7 @@ export function initialUiState(): UiState {
     featureMap: { page: 0, batch: 0, sharedScale: false, sort: false },
     attention: { head: 'mean' },
     gradCam: {},
-    histogram: { source: 'output' },
+    histogram: { log: false },
     showVisual: true,
   };
 }
@@ -35,7 +38,7 @@ export type UiAction =
   | { type: 'sort'; on: boolean }
   | { type: 'head'; head: number | 'mean' }
   | { type: 'targetClass'; targetClass?: number }
-  | { type: 'histogramSource'; source: 'output' | 'grad' }
+  | { type: 'histogramLog'; log: boolean }
   | { type: 'enlarge'; channel?: number }
   | { type: 'showVisual'; on: boolean }
   | { type: 'layerChanged' };
@@ -59,8 +62,8 @@ export function uiReducer(state: UiState, action: UiAction): UiState {
       return { ...state, attention: { head: action.head } };
     case 'targetClass':
       return { ...state, gradCam: { targetClass: action.targetClass } };
-    case 'histogramSource':
-      return { ...state, histogram: { source: action.source } };
+    case 'histogramLog':
+      return { ...state, histogram: { log: action.log } };
     case 'enlarge':
       return { ...state, enlarged: action.channel };
     case 'showVisual':
@@ -77,7 +80,7 @@ export function renderOptions(state: UiState): Record<string, unknown> {
     case 'featureMap': {
       const fm = state.featureMap;
       const options: Record<string, unknown> = {
-        page: fm.page, perPage: CHANNELS_PER_PAGE, batch: fm.batch, sharedScale: fm.sharedScale, sort: fm.sort,
+        page: fm.page, per_page: CHANNELS_PER_PAGE, batch: fm.batch, shared_scale: fm.sharedScale, sort_by_strength: fm.sort,
       };
       if (state.enlarged !== undefined) options.channel = state.enlarged;
       return options;
@@ -85,11 +88,11 @@ export function renderOptions(state: UiState): Record<string, unknown> {
     case 'attention':
       return state.attention.head === 'mean' ? { head: 'mean' } : { head: state.attention.head };
     case 'gradCam':
-      return state.gradCam.targetClass !== undefined ? { targetClass: state.gradCam.targetClass } : {};
+      return state.gradCam.targetClass !== undefined ? { target: state.gradCam.targetClass } : {};
     case 'gradientFlow':
       return {};
     case 'histogram':
-      return { source: state.histogram.source };
+      return { log: state.histogram.log };
   }
 }
 
@@ -100,7 +103,7 @@ export function pageCount(channels: number | undefined): number {
 
 /**
  * Which channel a click at (x, y) on the grid image hits, from the image meta the backend
- * returns ({rows, cols, channels: [indices in display order]}); undefined off the grid.
+ * returns ({grid: {rows, cols}, channels: [indices in display order]}); undefined off the grid.
  */
 export function channelAt(
   meta: Record<string, unknown>,
@@ -109,8 +112,9 @@ export function channelAt(
   width: number,
   height: number,
 ): number | undefined {
-  const rows = Number(meta.rows);
-  const cols = Number(meta.cols);
+  const grid = (meta.grid ?? meta) as Record<string, unknown>;
+  const rows = Number(grid.rows);
+  const cols = Number(grid.cols);
   if (!(rows > 0 && cols > 0 && width > 0 && height > 0)) return undefined;
   const col = Math.floor((x / width) * cols);
   const row = Math.floor((y / height) * rows);

@@ -1,0 +1,160 @@
+// Layer breakpoint model: toggling, following edits, protocol specs, resolution statuses, line mapping.
+import { strict as assert } from 'node:assert';
+import {
+  BreakpointModel,
+  breakpointStatuses,
+  describeCondition,
+  isLayerBreakpoint,
+  mapLine,
+  toSpec,
+} from '../../extension/src/breakpoints/model';
+import { calledAttribute, layersAtLine, layersDefinedAt, normalizePath } from '../../extension/src/breakpoints/lineMapping';
+import type { ModelTree } from '../../extension/src/protocol/messages.gen';
+
+const URI = 'file:///w/cnn.py';
+const FILE = '/w/cnn.py';
+
+describe('breakpoints: model', () => {
+  it('toggles on a line: add, switch phase, remove', () => {
+    const m = new BreakpointModel();
+    const bp = m.toggleLine(URI, FILE, 11, 'backward')!;
+    assert.deepEqual(bp.phases, ['backward']);
+    assert.equal(m.all().length, 1);
+    const switched = m.toggleLine(URI, FILE, 11, 'both')!;
+    assert.equal(switched.id, bp.id);
+    assert.deepEqual(switched.phases, ['forward', 'backward']);
+    assert.equal(m.toggleLine(URI, FILE, 11, 'both'), undefined);
+    assert.equal(m.all().length, 0);
+  });
+
+  it('turns into the protocol spec with a 1-based line or a layer name', () => {
+    const m = new BreakpointModel();
+    const bp = m.toggleLine(URI, FILE, 11, 'backward')!;
+    m.update(bp.id, { condition: { kind: 'grad_norm_below', threshold: 1e-6 }, hitCount: 3 });
+    assert.deepEqual(toSpec(m.get(bp.id)!), {
+      id: bp.id, phases: ['backward'], enabled: true, file: FILE, line: 12,
+      condition: { kind: 'grad_norm_below', threshold: 1e-6 }, hitCount: 3,
+    });
+    m.update(bp.id, { condition: undefined, hitCount: undefined });
+    assert.equal('hitCount' in m.get(bp.id)!, false);
+    const layerBp = m.setLayerPhase('layer1.0.conv1', { uri: '', file: '', line: 0 }, 'forward', true)!;
+    assert.deepEqual(toSpec(layerBp), { id: layerBp.id, phases: ['forward'], enabled: true, layer: 'layer1.0.conv1' });
+  });
+
+  it('switches layer phases on and off and removes the breakpoint with the last phase', () => {
+    const m = new BreakpointModel();
+    const loc = { uri: URI, file: FILE, line: 4 };
+    m.setLayerPhase('fc', loc, 'backward', true);
+    m.setLayerPhase('fc', loc, 'forward', true);
+    assert.deepEqual(m.forLayer('fc')!.phases, ['forward', 'backward']);
+    m.setLayerPhase('fc', loc, 'forward', false);
+    assert.deepEqual(m.forLayer('fc')!.phases, ['backward']);
+    m.setLayerPhase('fc', loc, 'backward', false);
+    assert.equal(m.forLayer('fc'), undefined);
+  });
+
+  it('describes conditions for labels', () => {
+    assert.equal(describeCondition({ condition: { kind: 'nonfinite' } }), 'NaN/Inf');
+    assert.equal(describeCondition({ condition: { kind: 'grad_norm_above', threshold: 100 }, hitCount: 2 }), 'grad norm > 100, hit 2');
+    assert.equal(describeCondition({}), '');
+  });
+
+  it('drops malformed persisted entries', () => {
+    const good = { id: 'a', uri: URI, file: FILE, line: 3, phases: ['forward'], enabled: true };
+    assert.equal(isLayerBreakpoint(good), true);
+    assert.equal(isLayerBreakpoint({ ...good, line: -1 }), false);
+    assert.equal(isLayerBreakpoint({ ...good, phases: [] }), false);
+    const m = new BreakpointModel([good, { id: 5 }] as never);
+    assert.equal(m.all().length, 1);
+  });
+});
+
+describe('breakpoints: following edits', () => {
+  it('maps lines like a sticky decoration', () => {
+    // Two lines inserted above: the breakpoint moves down.
+    assert.equal(mapLine(10, { startLine: 3, endLine: 3, insertedLines: 2, atLineStart: false }), 12);
+    // An edit below does not move it.
+    assert.equal(mapLine(10, { startLine: 12, endLine: 14, insertedLines: 0, atLineStart: true }), 10);
+    // Enter pressed at the start of its own line pushes the code (and the breakpoint) down.
+    assert.equal(mapLine(10, { startLine: 10, endLine: 10, insertedLines: 1, atLineStart: true }), 11);
+    // Enter at the end of its line: the code stays.
+    assert.equal(mapLine(10, { startLine: 10, endLine: 10, insertedLines: 1, atLineStart: false }), 10);
+    // Lines 5..8 deleted (joined onto 5): a breakpoint at 7 collapses to 5, one at 9 moves to 6.
+    const del = { startLine: 5, endLine: 8, insertedLines: 0, atLineStart: false };
+    assert.equal(mapLine(7, del), 5);
+    assert.equal(mapLine(9, del), 6);
+  });
+
+  it('applies several edits of one event bottom-up and merges breakpoints landing on one line', () => {
+    const m = new BreakpointModel();
+    m.toggleLine(URI, FILE, 5, 'forward');
+    m.toggleLine(URI, FILE, 6, 'backward');
+    m.toggleLine(URI, FILE, 20, 'forward');
+    m.toggleLine('file:///w/other.py', '/w/other.py', 20, 'forward');
+    // One event: 3 lines inserted at line 2, and line 6 deleted onto line 5.
+    const moved = m.applyEdits(URI, [
+      { startLine: 2, endLine: 2, insertedLines: 3, atLineStart: false },
+      { startLine: 5, endLine: 6, insertedLines: 0, atLineStart: false },
+    ]);
+    assert.equal(moved, true);
+    const lines = m.inDocument(URI).map((b) => b.line).sort((a, b) => a - b);
+    assert.deepEqual(lines, [8, 22]);
+    assert.equal(m.inDocument('file:///w/other.py')[0].line, 20);
+  });
+});
+
+describe('breakpoints: resolution statuses', () => {
+  it('lists matched layers over processes and flags a breakpoint no model matched', () => {
+    const statuses = breakpointStatuses(['a', 'b', 'c'], [
+      { hasModels: true, resolutions: [{ id: 'a', layers: ['conv1'] }, { id: 'b', layers: [] }] },
+      { hasModels: true, resolutions: [{ id: 'a', layers: ['conv1', 'layer1.conv1'] }, { id: 'b', layers: [], error: "no layer at cnn.py:99" }] },
+    ]);
+    assert.deepEqual(statuses.get('a'), { layers: ['conv1', 'layer1.conv1'] });
+    assert.equal(statuses.get('b')!.problem, 'no layer at cnn.py:99');
+    assert.deepEqual(statuses.get('c'), { layers: [] });
+  });
+
+  it('does not warn before any model is known', () => {
+    const statuses = breakpointStatuses(['a'], [{ hasModels: false, resolutions: [{ id: 'a', layers: [] }] }]);
+    assert.equal(statuses.get('a')!.problem, undefined);
+  });
+});
+
+const tree: ModelTree = {
+  id: 'm1', name: 'model', cls: 'Net', params: 100,
+  modules: [
+    { name: '', cls: 'Net', params: 0, totalParams: 100, leaf: false },
+    { name: 'conv1', cls: 'Conv2d', params: 10, totalParams: 10, leaf: true, file: FILE, line: 12 },
+    { name: 'layer1', cls: 'Sequential', params: 0, totalParams: 60, leaf: false, file: FILE, line: 13 },
+    { name: 'layer1.0', cls: 'Block', params: 0, totalParams: 30, leaf: false, file: FILE, line: 14 },
+    { name: 'layer1.0.conv1', cls: 'Conv2d', params: 30, totalParams: 30, leaf: true, file: FILE, line: 5 },
+    { name: 'layer1.1', cls: 'Block', params: 0, totalParams: 30, leaf: false, file: FILE, line: 15 },
+    { name: 'layer1.1.conv1', cls: 'Conv2d', params: 30, totalParams: 30, leaf: true, file: FILE, line: 5 },
+    { name: 'fc', cls: 'Linear', params: 30, totalParams: 30, leaf: true, file: '/w/heads.py', line: 12 },
+  ],
+};
+
+describe('breakpoints: line -> layers', () => {
+  it('finds definitions by file and 1-based line (every instance a line creates)', () => {
+    assert.deepEqual(layersDefinedAt([tree], FILE, 5).map((r) => r.layer), ['layer1.0.conv1', 'layer1.1.conv1']);
+    assert.deepEqual(layersDefinedAt([tree], FILE, 12).map((r) => r.layer), ['conv1']);
+    assert.deepEqual(layersDefinedAt([tree], '/w/heads.py', 12).map((r) => r.layer), ['fc']);
+  });
+
+  it('parses call sites and maps them to the modules created in the same file', () => {
+    assert.equal(calledAttribute('        x = self.conv1(x)  # first conv'), 'conv1');
+    assert.equal(calledAttribute('        x = self.layer1[0](x)'), 'layer1.0');
+    assert.equal(calledAttribute('        # self.conv1(x)'), undefined);
+    assert.equal(calledAttribute('        y = torch.relu(x)'), undefined);
+    // line 30 (0-based 29) is not a definition; its text calls self.conv1.
+    const refs = layersAtLine([tree], FILE, 29, '        out = self.conv1(out)');
+    assert.deepEqual(refs.map((r) => r.layer), ['conv1', 'layer1.0.conv1', 'layer1.1.conv1']);
+    // A definition line wins over the call heuristic.
+    assert.deepEqual(layersAtLine([tree], FILE, 11, 'self.conv1 = nn.Conv2d(3, 8, 3)').map((r) => r.layer), ['conv1']);
+  });
+
+  it('normalises paths', () => {
+    assert.equal(normalizePath('C:\\w\\cnn.py'), 'c:/w/cnn.py');
+    assert.equal(normalizePath('/w/x/'), '/w/x');
+  });
+});
