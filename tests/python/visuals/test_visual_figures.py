@@ -1,0 +1,77 @@
+"""Gradient flow, histograms and stats charts: the numbers behind the figures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from hookscope.visuals import gradient_flow, histogram, stats_chart
+
+
+def model_with_grads() -> nn.Sequential:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2))
+    m(torch.randn(3, 4)).sum().backward()
+    for p in m[1].parameters():
+        p.grad.mul_(1e-12)  # vanishing
+    m[2].weight.grad.mul_(1e6)  # exploding
+    m[3].bias.grad[0] = float("nan")
+    m[4].weight.grad = None
+    m[4].bias.grad = None
+    return m
+
+
+def test_gradient_flow_flags_layers(pixels):
+    m = model_with_grads()
+    im = gradient_flow(m.named_parameters())
+    status = {l["name"]: l["status"] for l in im.meta["layers"]}
+    assert status == {"0": "ok", "1": "vanishing", "2": "exploding", "3": "nonfinite", "4": "no_grad"}
+    assert im.meta["flagged"] == ["1", "2", "3"]
+    assert pixels(im.png).shape == (im.height, im.width, 3)
+
+
+def test_gradient_flow_numbers_match_torch():
+    m = model_with_grads()
+    im = gradient_flow(m.named_parameters())
+    norms = {p["name"]: p["norm"] for p in im.meta["params"]}
+    for name, p in m.named_parameters():
+        if p.grad is None:
+            assert norms[name] is None
+        elif torch.isfinite(p.grad).all():
+            assert norms[name] == pytest.approx(float(p.grad.norm()), rel=1e-5)
+    layer0 = im.meta["layers"][0]
+    g = torch.cat([m[0].weight.grad.flatten(), m[0].bias.grad.flatten()]).abs()
+    assert layer0["mean"] == pytest.approx(float(g.mean()), rel=1e-5)
+    assert layer0["max"] == pytest.approx(float(g.max()), rel=1e-6)
+
+
+def test_histogram_counts_finite_values_and_reports_the_rest():
+    x = torch.tensor([0.0, 0.0, 1.0, 2.0, 4.0, float("nan"), float("inf"), float("-inf"), float("inf")])
+    im = histogram(x, bins=4)
+    assert im.meta["counts"] == [2, 1, 1, 1]
+    assert im.meta["edges"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert im.meta["nonfinite"] == {"nan": 1, "posinf": 2, "neginf": 1}
+    assert im.meta["mean"] == pytest.approx(7 / 5) and im.meta["min"] == 0.0 and im.meta["max"] == 4.0
+
+
+def test_histogram_of_a_constant_and_of_nothing_finite():
+    const = histogram(torch.full((10,), 3.0), bins=5)
+    assert sum(const.meta["counts"]) == 10 and const.meta["std"] == 0.0
+    bad = histogram(torch.full((4,), float("nan")), bins=5)
+    assert sum(bad.meta["counts"]) == 0 and bad.meta["nonfinite"]["nan"] == 4 and bad.meta["mean"] is None
+
+
+def test_histogram_of_half_precision():
+    x = torch.randn(1000).to(torch.bfloat16)
+    im = histogram(x)
+    assert sum(im.meta["counts"]) == 1000
+    assert im.meta["std"] == pytest.approx(float(x.float().std()), rel=1e-3)
+
+
+def test_stats_chart(pixels):
+    im = stats_chart([0, 1, 2], [0.0, 0.5, math.nan], [1.0, 1.0, 1.0], title="conv1")
+    assert im.meta["means"] == [0.0, 0.5, None]
+    assert pixels(im.png).shape == (im.height, im.width, 3)
