@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from lsprotocol import types
 from pygls.workspace import PositionCodec
@@ -35,6 +36,8 @@ class DocumentState:
     """True when this is an older version's analysis kept because the text did not parse."""
     _findings: list[Finding] | None = field(default=None, repr=False)
     _live: tuple[int, dict[int, list[LiveSummary]]] | None = field(default=None, repr=False)
+    lenses: tuple[int, Any] | None = field(default=None, repr=False)
+    """(live store generation, ``lenses.LensSet``) built for this version."""
 
     @property
     def findings(self) -> list[Finding]:

@@ -4,6 +4,10 @@ Each layer gets "Break on forward", "Break on backward" and "Watch", running
 the extension's commands (argument shapes are documented in
 ``extension/src/lsp/README.md``). During a session a fourth lens shows the
 last output shape seen for that layer (and NaNs, if any).
+
+Lenses are sent unresolved (range + a tiny ``data``) and their commands
+filled in by ``codeLens/resolve``: the editor resolves only the lenses on
+screen, and a big model file has well over a thousand of them.
 """
 
 from __future__ import annotations
@@ -25,23 +29,47 @@ WATCH_COMMAND = "hookscope.watchLayer"
 class LensSite:
     layer: LayerDefinition
     line: int
-    span_range: types.Range
+    span_range: dict[str, Any]
+    """LSP JSON range of the name the lens sits over."""
     site: str
     """``definition`` or ``call``."""
 
 
-def build_lenses(state: DocumentState, converter: RangeConverter, live: dict[int, list[LiveSummary]]) -> list[types.CodeLens]:
+@dataclass(frozen=True, slots=True)
+class LensSet:
+    """The lenses of one document version, as LSP JSON."""
+
+    unresolved: list[dict[str, Any]]
+    """What ``textDocument/codeLens`` returns: range and ``data`` only."""
+    resolved: list[dict[str, Any]]
+    """The same lenses with their commands, for ``codeLens/resolve``."""
+
+
+def build_lens_set(
+    state: DocumentState, converter: RangeConverter, live: dict[int, list[LiveSummary]], document_key: int
+) -> LensSet:
+    """Plain JSON rather than ``lsprotocol`` objects: converting a thousand
+    lenses through cattrs costs more than the whole analysis."""
+    resolved = build_lenses(state, converter, live)
+    unresolved = [
+        {"range": lens["range"], "data": [document_key, state.version, index]} for index, lens in enumerate(resolved)
+    ]
+    return LensSet(unresolved, resolved)
+
+
+def build_lenses(state: DocumentState, converter: RangeConverter, live: dict[int, list[LiveSummary]]) -> list[dict[str, Any]]:
+    """The document's lenses with their commands, as LSP JSON ``CodeLens`` objects."""
     analysis = state.analysis
     sites = [
-        LensSite(d, d.line, converter.range(d.name_span), "definition") for d in analysis.layers
+        LensSite(d, d.line, _range_json(converter.range(d.name_span)), "definition") for d in analysis.layers
     ] + [
-        LensSite(c.layer, c.line, converter.range(c.attribute_span), "call") for c in analysis.calls
+        LensSite(c.layer, c.line, _range_json(converter.range(c.attribute_span)), "call") for c in analysis.calls
     ]
     layers_per_line: dict[int, int] = {}
     for site in sites:
         layers_per_line[site.line] = layers_per_line.get(site.line, 0) + 1
-    lenses: list[types.CodeLens] = []
-    for site in sorted(sites, key=lambda s: (s.line, s.span_range.start.character)):
+    lenses: list[dict[str, Any]] = []
+    for site in sorted(sites, key=lambda s: (s.line, s.span_range["start"]["character"])):
         prefix = f"{site.layer.display_name}: " if layers_per_line[site.line] > 1 else ""
         location = _location(state.uri, site)
         for phase, title in (("forward", "Break on forward"), ("backward", "Break on backward")):
@@ -79,5 +107,12 @@ def _location(uri: str, site: LensSite) -> dict[str, Any]:
     return location
 
 
-def _lens(span_range: types.Range, title: str, command: str, argument: dict[str, Any]) -> types.CodeLens:
-    return types.CodeLens(range=span_range, command=types.Command(title=title, command=command, arguments=[argument]))
+def _lens(span_range: dict[str, Any], title: str, command: str, argument: dict[str, Any]) -> dict[str, Any]:
+    return {"range": span_range, "command": {"title": title, "command": command, "arguments": [argument]}}
+
+
+def _range_json(span_range: types.Range) -> dict[str, Any]:
+    return {
+        "start": {"line": span_range.start.line, "character": span_range.start.character},
+        "end": {"line": span_range.end.line, "character": span_range.end.character},
+    }

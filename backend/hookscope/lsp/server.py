@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import JsonRPCProtocol, LanguageServerProtocol
 from pygls.uris import from_fs_path, to_fs_path
 
 from .. import __version__
@@ -23,7 +23,7 @@ from .config import DiagnosticSettings
 from .diagnostics import RULES, Finding, Severity
 from .documents import DocumentCache, DocumentState, RangeConverter
 from .hovers import build_hover
-from .lenses import build_lenses
+from .lenses import LensSet, build_lens_set
 from .live import LiveStore, parse_payload
 
 log = logging.getLogger(__name__)
@@ -54,11 +54,25 @@ class RawNotification:
     params: Any = None
 
 
+@attrs.define
+class PlainResult:
+    """A response already in LSP JSON form, sent without the cattrs conversion."""
+
+    value: Any
+
+
 class HookscopeProtocol(LanguageServerProtocol):
     def get_message_type(self, method: str) -> type[Any] | None:
         if method == LIVE_SUMMARIES:
             return RawNotification
         return super().get_message_type(method)
+
+    def _send_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
+        if error is None and isinstance(result, PlainResult):
+            self._result_types.pop(msg_id, None)
+            self._send_data({"jsonrpc": JsonRPCProtocol.VERSION, "id": msg_id, "result": result.value})
+            return
+        super()._send_response(msg_id, result, error)
 
 
 class HookscopeLanguageServer(LanguageServer):
@@ -72,6 +86,8 @@ class HookscopeLanguageServer(LanguageServer):
         self.docs_url: str | None = default_docs_url()
         self.diagnostics_delay_s = DIAGNOSTICS_DELAY_S
         self._pending: dict[str, asyncio.TimerHandle] = {}
+        self._document_keys: dict[str, int] = {}
+        self._document_uris: dict[int, str] = {}
 
     # -- documents ---------------------------------------------------------------
 
@@ -81,6 +97,21 @@ class HookscopeLanguageServer(LanguageServer):
 
     def converter(self, state: DocumentState) -> RangeConverter:
         return RangeConverter(self.workspace.position_codec, state.analysis.positions.lines)
+
+    def document_key(self, uri: str) -> int:
+        """A small number standing for ``uri`` in code lens ``data``."""
+        if uri not in self._document_keys:
+            key = len(self._document_keys) + 1
+            self._document_keys[uri] = key
+            self._document_uris[key] = uri
+        return self._document_keys[uri]
+
+    def lens_set(self, uri: str) -> tuple[DocumentState, LensSet]:
+        state = self.state(uri)
+        if state.lenses is None or state.lenses[0] != self.live.generation:
+            lens_set = build_lens_set(state, self.converter(state), state.live_matches(self.live), self.document_key(uri))
+            state.lenses = (self.live.generation, lens_set)
+        return state, state.lenses[1]
 
     # -- diagnostics -------------------------------------------------------------
 
@@ -94,6 +125,7 @@ class HookscopeLanguageServer(LanguageServer):
         self._pending[uri] = asyncio.get_running_loop().call_later(delay_s, self.publish_diagnostics, uri)
 
     def publish_diagnostics(self, uri: str) -> None:
+        """Analyse the current version (the cache then serves lenses and hovers) and publish."""
         self._pending.pop(uri, None)
         try:
             document = self.workspace.get_text_document(uri)
@@ -201,10 +233,28 @@ def on_configuration(ls: HookscopeLanguageServer, params: types.DidChangeConfigu
         ls.schedule_diagnostics(uri, 0)
 
 
-@server.feature(types.TEXT_DOCUMENT_CODE_LENS)
-def on_code_lens(ls: HookscopeLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
-    state = ls.state(params.text_document.uri)
-    return build_lenses(state, ls.converter(state), state.live_matches(ls.live))
+@server.feature(types.TEXT_DOCUMENT_CODE_LENS, types.CodeLensOptions(resolve_provider=True))
+def on_code_lens(ls: HookscopeLanguageServer, params: types.CodeLensParams) -> PlainResult:
+    _, lens_set = ls.lens_set(params.text_document.uri)
+    return PlainResult(lens_set.unresolved)
+
+
+@server.feature(types.CODE_LENS_RESOLVE)
+def on_code_lens_resolve(ls: HookscopeLanguageServer, lens: types.CodeLens) -> PlainResult:
+    """Fill in the command of a lens from the current lens set of its document."""
+    data = lens.data
+    unresolved = {"range": ls.protocol._converter.unstructure(lens.range), "data": data}
+    if not (isinstance(data, list) and len(data) == 3 and all(isinstance(d, int) or d is None for d in data)):
+        return PlainResult(unresolved)
+    key, version, index = data
+    uri = ls._document_uris.get(key)  # type: ignore[arg-type]
+    if uri is None or uri not in ls.workspace.text_documents:
+        return PlainResult(unresolved)
+    state, lens_set = ls.lens_set(uri)
+    if state.version != version or not 0 <= index < len(lens_set.resolved):  # type: ignore[operator]
+        # The document changed since; the editor asks for fresh lenses anyway.
+        return PlainResult({**unresolved, "command": {"title": "…", "command": ""}})
+    return PlainResult(lens_set.resolved[index])
 
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)

@@ -28,10 +28,16 @@ def marked_sites(text: str) -> set[tuple[int, str, str]]:
 
 
 async def lenses_for(client: LanguageClient, uri: str) -> list[types.CodeLens]:
+    """The document's lenses, each resolved the way the editor resolves visible ones."""
     result = await client.text_document_code_lens_async(
         types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
     )
-    return result or []
+    lenses = result or []
+    assert all(lens.command is None for lens in lenses), "lenses arrive unresolved (cheap for big files)"
+    resolved = [await client.code_lens_resolve_async(lens) for lens in lenses]
+    for before, after in zip(lenses, resolved):
+        assert after.range == before.range and after.command is not None
+    return resolved
 
 
 async def test_lenses_sit_on_every_definition_style_and_call_site(client: LanguageClient):
@@ -64,6 +70,21 @@ async def test_each_layer_gets_three_lenses_with_the_extension_commands(client: 
     call = next(lens for lens in lenses if lens.command.arguments[0]["site"] == "call" and lens.command.arguments[0]["layer"] == "stem")
     assert call.command.arguments[0]["definitionLine"] == line
     assert call.range.start.line > line
+
+
+async def test_resolving_a_lens_of_an_older_version_does_not_guess(client: LanguageClient):
+    path = FIXTURES / "live_model.py"
+    uri = open_document(client, path)
+    old = await client.text_document_code_lens_async(types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    assert old
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text="\n" + path.read_text())],
+    ))
+    stale = await client.code_lens_resolve_async(old[0])
+    assert stale.command is not None and stale.command.command == ""
+    fresh = await lenses_for(client, uri)
+    assert fresh[0].range.start.line == old[0].range.start.line + 1
 
 
 async def test_lines_with_several_layers_name_each_one(client: LanguageClient):

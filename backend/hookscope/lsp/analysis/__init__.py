@@ -7,12 +7,14 @@ classes, layer definitions and layer call sites.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .layers import LayerFinder, find_module_classes
 from .model import LayerCall, LayerDefinition, ModuleClass
 from .source import ParsedSource, Positions, Span, parse_tolerant
 from .torch_names import TorchNames, collect_torch_names
+from .tree_index import TreeIndex
 
 __all__ = [
     "DocumentAnalysis",
@@ -35,22 +37,23 @@ class DocumentAnalysis:
     classes: dict[str, ModuleClass]
     layers: list[LayerDefinition]
     calls: list[LayerCall]
-    parents: dict[int, ast.AST] = field(default_factory=dict, repr=False)
-    """id(node) -> parent node, for rules that look at a node's context."""
+    index: TreeIndex = field(default_factory=lambda: TreeIndex(None), repr=False)
+    """Parents and nodes by type, for rules that look at a node's context."""
 
     @property
     def tree(self) -> ast.Module | None:
         return self.parsed.tree
 
     def parent(self, node: ast.AST) -> ast.AST | None:
-        return self.parents.get(id(node))
+        return self.index.parents.get(id(node))
 
-    def ancestors(self, node: ast.AST):
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         """Parents of ``node`` from the nearest outwards."""
-        current = self.parents.get(id(node))
+        parents = self.index.parents
+        current = parents.get(id(node))
         while current is not None:
             yield current
-            current = self.parents.get(id(current))
+            current = parents.get(id(current))
 
 
 def analyze(source: str) -> DocumentAnalysis:
@@ -60,12 +63,9 @@ def analyze(source: str) -> DocumentAnalysis:
     if parsed.tree is None:
         return DocumentAnalysis(parsed, positions, TorchNames(), {}, [], [])
     tree = parsed.tree
-    names = collect_torch_names(tree)
-    classes = find_module_classes(tree, names)
-    finder = LayerFinder(tree, names, classes, positions)
+    index = TreeIndex(tree)
+    names = collect_torch_names(index)
+    classes = find_module_classes(index, names)
+    finder = LayerFinder(tree, index, names, classes, positions)
     finder.run()
-    parents: dict[int, ast.AST] = {}
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
-    return DocumentAnalysis(parsed, positions, names, classes, finder.definitions, finder.calls, parents)
+    return DocumentAnalysis(parsed, positions, names, classes, finder.definitions, finder.calls, index)

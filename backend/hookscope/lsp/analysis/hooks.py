@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .tree_index import TreeIndex
+
 HookKind = Literal["forward", "forward_pre", "backward", "backward_pre", "tensor"]
 
 MODULE_HOOK_METHODS: dict[str, HookKind] = {
@@ -95,13 +97,11 @@ def is_hook_method(name: str) -> bool:
     return name.startswith("register_") and name.endswith("hook")
 
 
-def find_registrations(tree: ast.Module) -> list[HookRegistration]:
+def find_registrations(index: TreeIndex) -> list[HookRegistration]:
     """Every ``register_*hook`` call in the file, with resolved hook functions."""
-    functions = _index_functions(tree)
+    functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] | None = None
     registrations: list[HookRegistration] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
+    for node in index.of(ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute):
             method, receiver = func.attr, func.value
@@ -130,17 +130,18 @@ def find_registrations(tree: ast.Module) -> list[HookRegistration]:
         )
         hook_expr = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "hook"), None)
         if hook_expr is not None:
+            if functions is None:
+                functions = _index_functions(index)
             registration.functions = list(_resolve(hook_expr, functions, depth=0))
         registrations.append(registration)
     return registrations
 
 
-def _index_functions(tree: ast.Module) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
-    index: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            index.setdefault(node.name, []).append(node)
-    return index
+def _index_functions(index: TreeIndex) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
+    by_name: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+    for node in index.of(ast.FunctionDef, ast.AsyncFunctionDef):
+        by_name.setdefault(node.name, []).append(node)
+    return by_name
 
 
 def _resolve(

@@ -17,14 +17,15 @@ from collections.abc import Iterator
 from .model import DefinitionKind, LayerCall, LayerDefinition, ModuleClass
 from .source import Positions, Span
 from .torch_names import CONTAINERS, EXTERNAL_MODULE_BASES, TorchNames
+from .tree_index import TreeIndex
 
 MAX_CONSTRUCTOR_TEXT = 120
 """Longer constructor texts are shortened in hovers."""
 
 
-def find_module_classes(tree: ast.Module, names: TorchNames) -> dict[str, ModuleClass]:
+def find_module_classes(index: TreeIndex, names: TorchNames) -> dict[str, ModuleClass]:
     """Every class deriving (in this file, transitively) from ``nn.Module``."""
-    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    classes = index.of(ast.ClassDef)
     found: dict[str, ModuleClass] = {}
     changed = True
     while changed:  # a fixed point: a base may be defined after its subclass
@@ -50,9 +51,15 @@ class LayerFinder:
     """Collects layer definitions and call sites of one file."""
 
     def __init__(
-        self, tree: ast.Module, names: TorchNames, classes: dict[str, ModuleClass], positions: Positions
+        self,
+        tree: ast.Module,
+        index: TreeIndex,
+        names: TorchNames,
+        classes: dict[str, ModuleClass],
+        positions: Positions,
     ) -> None:
         self.tree = tree
+        self.index = index
         self.names = names
         self.classes = classes
         self.positions = positions
@@ -65,9 +72,7 @@ class LayerFinder:
             for method in _methods(module_class.node):
                 self._scan_method(module_class, method)
         self._scan_variables(self.tree, class_nodes)
-        for module_class in self.classes.values():
-            for method in _methods(module_class.node):
-                self._scan_calls(module_class, method)
+        self._scan_calls()
         self.definitions.sort(key=lambda d: (d.call_span.start_line, d.call_span.start_col))
         self.calls.sort(key=lambda c: (c.attribute_span.start_line, c.attribute_span.start_col))
 
@@ -238,29 +243,49 @@ class LayerFinder:
             stack.extend(self.classes[b] for b in current.bases if b in self.classes)
         return merged
 
-    def _scan_calls(self, module_class: ModuleClass, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        self_name = _first_param(method)
-        if self_name is None:
-            return
-        layers = self.attribute_layers(module_class)
-        if not layers:
-            return
-        for node in _walk_function(method):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and _is_name(node.func.value, self_name)
-                and node.func.attr in layers
-            ):
+    def _scan_calls(self) -> None:
+        """``self.<layer>(...)`` calls, found from the file's call index."""
+        parents = self.index.parents
+        layers_of: dict[str, dict[str, LayerDefinition]] = {}
+        for node in self.index.of(ast.Call):
+            func = node.func
+            if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+                continue
+            method = _enclosing_method(parents, node)
+            if method is None:
+                continue
+            function, class_node = method
+            module_class = self.classes.get(class_node.name)
+            if module_class is None or module_class.node is not class_node or _first_param(function) != func.value.id:
+                continue
+            if module_class.name not in layers_of:
+                layers_of[module_class.name] = self.attribute_layers(module_class)
+            layer = layers_of[module_class.name].get(func.attr)
+            if layer is not None:
                 self.calls.append(
                     LayerCall(
-                        layer=layers[node.func.attr],
-                        attribute_span=self.positions.span(node.func),
+                        layer=layer,
+                        attribute_span=self.positions.span(func),
                         call_span=self.positions.span(node),
                         call_node=node,
-                        method=method.name,
+                        method=function.name,
                     )
                 )
+
+
+def _enclosing_method(
+    parents: dict[int, ast.AST], node: ast.AST
+) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.ClassDef] | None:
+    """The outermost function directly inside a class around ``node`` (closures count)."""
+    found = None
+    current = parents.get(id(node))
+    while current is not None:
+        parent = parents.get(id(current))
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(parent, ast.ClassDef):
+            found = (current, parent)
+            break
+        current = parent
+    return found
 
 
 # -- small AST helpers -------------------------------------------------------------
@@ -318,11 +343,6 @@ def _walk_outside_classes(body: list[ast.stmt], class_nodes: set[int]) -> Iterat
             yield from _walk_outside_classes(getattr(statement, name, []) or [], class_nodes)
         for handler in getattr(statement, "handlers", []) or []:
             yield from _walk_outside_classes(handler.body, class_nodes)
-
-
-def _walk_function(function: ast.AST) -> Iterator[ast.AST]:
-    """All nodes of a function, nested functions included (closures call layers too)."""
-    return ast.walk(function)
 
 
 def _attribute_name_span(expr_span: Span, attr: str) -> Span:

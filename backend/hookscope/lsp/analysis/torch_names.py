@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from .tree_index import TreeIndex
+
 NOT_MODULES = frozenset({"Parameter", "UninitializedParameter", "UninitializedBuffer", "Buffer"})
 """Capitalised names in ``torch.nn`` that are not ``nn.Module`` subclasses."""
 
@@ -81,10 +83,10 @@ class TorchNames:
         return None
 
 
-def collect_torch_names(tree: ast.Module) -> TorchNames:
-    """Walk every import in the file and record the torch-related bindings."""
+def collect_torch_names(index: TreeIndex) -> TorchNames:
+    """Read every import in the file and record the torch-related bindings."""
     names = TorchNames()
-    for node in ast.walk(tree):
+    for node in index.of(ast.Import, ast.ImportFrom):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 _record_import(names, alias)

@@ -10,7 +10,7 @@ import logging
 
 from ..analysis import DocumentAnalysis
 from ..analysis.hooks import find_registrations
-from .context import functions_called_in_loops
+from .context import CalledInLoops
 from .deprecated import deprecated_backward_hooks
 from .finding import RULES, Finding, Fix, Rule, Severity, TextEdit
 from .handles import discarded_handles, hooks_on_all_modules
@@ -26,10 +26,10 @@ def find_problems(analysis: DocumentAnalysis) -> list[Finding]:
     """All findings of all rules, sorted by position. A failing rule is logged and skipped."""
     if analysis.tree is None:
         return []
-    registrations = find_registrations(analysis.tree)
+    registrations = find_registrations(analysis.index)
     if not registrations:
         return []
-    called_in_loops = functions_called_in_loops(analysis)
+    called_in_loops = CalledInLoops(analysis)
     rules = (
         lambda: discarded_handles(analysis, registrations, called_in_loops),
         lambda: deprecated_backward_hooks(analysis, registrations),

@@ -33,24 +33,32 @@ def enclosing_loop(analysis: DocumentAnalysis, node: ast.AST) -> ast.AST | None:
     return None
 
 
-def functions_called_in_loops(analysis: DocumentAnalysis) -> set[str]:
-    """Names of functions called from inside some loop in the file."""
-    if analysis.tree is None:
-        return set()
-    called: set[str] = set()
-    for node in ast.walk(analysis.tree):
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.Call):
-                    func = inner.func
-                    if isinstance(func, ast.Name):
-                        called.add(func.id)
-                    elif isinstance(func, ast.Attribute):
-                        called.add(func.attr)
-    return called
+class CalledInLoops:
+    """Names of functions called from inside some loop in the file (computed on first use)."""
+
+    def __init__(self, analysis: DocumentAnalysis) -> None:
+        self.analysis = analysis
+        self._names: set[str] | None = None
+
+    def __contains__(self, name: object) -> bool:
+        if self._names is None:
+            self._names = self._compute()
+        return name in self._names
+
+    def _compute(self) -> set[str]:
+        names: set[str] = set()
+        loops = (ast.For, ast.AsyncFor, ast.While)
+        for call in self.analysis.index.of(ast.Call):
+            func = call.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name is None or name in names:
+                continue
+            if any(isinstance(a, loops) for a in self.analysis.ancestors(call)):
+                names.add(name)
+        return names
 
 
-def is_per_step(function: ast.AST | None, called_in_loops: set[str]) -> bool:
+def is_per_step(function: ast.AST | None, called_in_loops: CalledInLoops) -> bool:
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
     return function.name in PER_STEP_FUNCTION_NAMES or function.name in called_in_loops

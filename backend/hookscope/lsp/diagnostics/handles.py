@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from ..analysis import DocumentAnalysis
 from ..analysis.hooks import TENSOR_HOOK_METHOD, HookRegistration
-from .context import enclosing_function, enclosing_loop, is_per_step
+from .context import CalledInLoops, enclosing_function, enclosing_loop, is_per_step
 from .finding import Finding, Fix, TextEdit
 
 MODULE_ITERATORS = frozenset({"modules", "named_modules"})
@@ -23,7 +23,7 @@ PARAMETER_ATTRIBUTES = frozenset({"weight", "bias"})
 
 
 def discarded_handles(
-    analysis: DocumentAnalysis, registrations: list[HookRegistration], called_in_loops: set[str]
+    analysis: DocumentAnalysis, registrations: list[HookRegistration], called_in_loops: CalledInLoops
 ) -> Iterator[Finding]:
     for registration in registrations:
         if registration.method == TENSOR_HOOK_METHOD and not _is_parameter_like(analysis, registration.receiver):
