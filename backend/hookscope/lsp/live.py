@@ -63,7 +63,7 @@ def _summary(name: str, entry: Mapping[str, Any]) -> LiveSummary:
         shape=format_shape(entry.get("shape")),
         mean=_number(entry.get("mean")),
         std=_number(entry.get("std")),
-        nan=int(entry["nan"]) if isinstance(entry.get("nan"), (int, float)) else None,
+        nan=int(nan) if isinstance(nan := entry.get("nan"), (int, float)) and not isinstance(nan, bool) else None,
         grad_norm=_number(entry.get("gradNorm")),
         file=normalize_path(file) if isinstance(file, str) and file else None,
         line=line if isinstance(line, int) and not isinstance(line, bool) else None,
