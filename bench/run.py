@@ -170,7 +170,7 @@ def render_markdown(rows: dict, models: list[str], args: argparse.Namespace, sid
         f"Date {datetime.date.today().isoformat()}; machine: {platform.machine()}, {os.cpu_count()} CPUs, "
         f"{platform.platform()}; device `{args.device}`; {versions(args.python)}.",
         f"Median of {args.steps} steps after {args.warmup} warm-up steps (forward + backward + optimizer "
-        "step). Ratios divide by the row 'under debugpy, no Hookscope' measured in the same run; "
+        "step), one intra-op thread. Ratios divide by the row 'under debugpy, no Hookscope' measured in the same run; "
         "the ratio to plain Python is in brackets.", "",
         "| row | " + " | ".join(models) + " |",
         "|---|" + "---|" * len(models),

@@ -56,6 +56,9 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.manual_seed(0)
+    # One intra-op thread: on a small shared machine a second thread mostly adds
+    # spin-wait noise, and every row runs the same way, so the ratios stay fair.
+    torch.set_num_threads(1)
     built = {name: models.build(name, args.device) for name in args.models.split(",")}
     if args.ready_file:
         # The stand-in editor configures Hookscope for every model found, then writes this file.
