@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from . import colormap
-from .figures import figure_image, new_figure
+from .figures import figure_image, new_figure, set_margins
 from .image import Image
 from .grid import check_index, fetch, indexed_image, plane_image, tile, upscale
 from .reduce import as_float, as_tensor, counts_meta, finite_range, nonfinite_counts, number, to_indices
@@ -112,7 +112,10 @@ def _labelled(planes: list[Tensor], names: list[str], labels: Any, cmap: str, me
     rows = math.ceil(n / cols)
     side = 1.0 + 0.22 * max(len(q_labels), len(k_labels))
     side = min(max(side, 2.6), 8.0)
-    fig = new_figure(min(cols * side, 24.0), min(rows * side, 24.0))
+    label_in = 0.3 + 0.045 * max([len(s) for s in q_labels + k_labels] + [1])  # 6 pt tick labels
+    fig = new_figure(min(cols * (side + label_in), 24.0), min(rows * (side + label_in + 0.3), 24.0))
+    set_margins(fig, label_in, label_in, top_in=0.3,
+                wspace=label_in / side, hspace=(label_in + 0.3) / side)
     import matplotlib
 
     cm = matplotlib.colormaps[cmap].with_extremes(bad=np.array(colormap.MARKER_COLOURS["nan"]) / 255.0)
@@ -130,7 +133,6 @@ def _labelled(planes: list[Tensor], names: list[str], labels: Any, cmap: str, me
         ax.set_xticklabels(k_labels, rotation=90, fontsize=6)
         ax.set_yticks(range(len(q_labels)))
         ax.set_yticklabels(q_labels, fontsize=6)
-    fig.tight_layout()
     meta.update({"layout": "figure", "tiles": names, "range": [0.0, vmax],
                  "nonfinite": {"nan": int(np.isnan(data).sum()), "posinf": int(np.isposinf(data).sum()),
                                "neginf": int(np.isneginf(data).sum())},
