@@ -45,7 +45,6 @@ export const BASE_SETTINGS: Record<string, unknown> = {
   'editor.minimap.enabled': false,
   'debug.openDebug': 'openOnDebugBreak',
   'debug.internalConsoleOptions': 'neverOpen',
-  'debug.toolBarLocation': 'docked',
 };
 
 export class E2ERun {

@@ -70,7 +70,9 @@ export class Workbench {
   async pickQuickPickItem(label: string): Promise<void> {
     const input = this.quickInput().locator('input.input');
     await input.waitFor({ state: 'visible', timeout: 15_000 });
-    await input.fill(label);
+    // Quick access modes keep their prefix in the input ("debug " for Select and Start Debugging).
+    const prefix = /^(debug |>|:|@|#|%)/.exec(await input.inputValue())?.[0] ?? '';
+    await input.fill(prefix + label);
     await this.waitForFocusedQuickPick(label);
     await this.page.keyboard.press('Enter');
   }
@@ -158,6 +160,14 @@ export class Workbench {
   /** The pane (view) with this title in any sidebar or panel. */
   viewPane(viewTitle: string): Locator {
     return this.page.locator('.pane').filter({ has: this.page.locator('.pane-header', { hasText: new RegExp(`^\\s*${escapeRegExp(viewTitle)}`, 'i') }) }).first();
+  }
+
+  /** Expands the collapsed tree row whose label starts with `label` in the view `viewTitle` (no-op when open). */
+  async expandTreeRow(viewTitle: string, label: string): Promise<boolean> {
+    const row = this.viewPane(viewTitle).locator('.monaco-list-row').filter({ hasText: new RegExp(`^\\s*${escapeRegExp(label)}`) }).first();
+    if ((await row.count()) === 0) return false;
+    if ((await row.getAttribute('aria-expanded')) === 'false') await row.click();
+    return true;
   }
 
   /** Expands a collapsed view pane by clicking its header. */

@@ -4,10 +4,8 @@
 // image's natural size and pixels), screenshots, and a teardown that leaves no
 // process behind.
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
-import { EXAMPLES_DIR, RUNS_DIR } from '../harness/paths.ts';
-import { packProbeExtension } from '../harness/probe.ts';
+import { EXAMPLES_DIR } from '../harness/paths.ts';
+import { packFixtureExtension } from '../harness/probe.ts';
 import { findRunProcesses } from '../harness/processes.ts';
 import { E2ERun } from '../harness/session.ts';
 import { isEvent } from '../harness/trace.ts';
@@ -22,8 +20,7 @@ describe('e2e harness (probe extension)', function () {
   });
 
   it('installs a vsix, runs a palette command, reads a webview and tears down cleanly', async function () {
-    fs.mkdirSync(RUNS_DIR, { recursive: true });
-    const vsix = packProbeExtension(fs.mkdtempSync(path.join(RUNS_DIR, 'probe-vsix-')));
+    const vsix = packFixtureExtension('probe-extension');
     run = await E2ERun.start({
       name: 'harness-probe',
       extensions: [vsix],

@@ -1,0 +1,110 @@
+// Debugging as a user does it in the workbench: start a launch configuration
+// from the palette, see the session paused (debug toolbar, Call Stack), read the
+// Call Stack and Variables views, evaluate in the Debug Console, continue, stop.
+import type { Locator } from 'playwright-core';
+import { waitFor, type WaitOptions } from './wait.ts';
+import type { Workbench } from './workbench.ts';
+
+export class Debugger {
+  constructor(readonly workbench: Workbench) {}
+
+  private get page() {
+    return this.workbench.page;
+  }
+
+  /** Palette: "Debug: Select and Start Debugging", then the configuration by name. */
+  async start(configurationName: string): Promise<void> {
+    await this.workbench.runCommand('Debug: Select and Start Debugging');
+    await this.workbench.pickQuickPickItem(configurationName);
+    await this.waitForSession();
+  }
+
+  /** A debug toolbar action (floating or docked toolbar, wherever VS Code shows it). */
+  private action(codicon: string): Locator {
+    return this.page.locator(`.monaco-workbench .action-label.codicon-${codicon}`).filter({ visible: true }).first();
+  }
+
+  private async visible(codicon: string): Promise<boolean> {
+    return (await this.action(codicon).count()) > 0;
+  }
+
+  /** Waits until a debug session runs (its Stop or Disconnect action is shown). */
+  async waitForSession(options: WaitOptions = {}): Promise<void> {
+    await waitFor('a debug session (debug toolbar shown)', async () => (await this.visible('debug-stop')) || this.visible('debug-disconnect'), { timeoutMs: 60_000, ...options });
+  }
+
+  async isPaused(): Promise<boolean> {
+    return this.visible('debug-continue');
+  }
+
+  /** Waits until the session is paused: the toolbar offers Continue. */
+  async waitForPaused(options: WaitOptions = {}): Promise<void> {
+    await waitFor('the debugger to pause', () => this.isPaused(), { timeoutMs: 90_000, ...options });
+  }
+
+  async waitForSessionEnd(options: WaitOptions = {}): Promise<void> {
+    await waitFor('the debug session to end (debug toolbar gone)', async () => !(await this.visible('debug-stop')) && !(await this.visible('debug-disconnect')), { timeoutMs: 120_000, ...options });
+  }
+
+  /** Clicks Continue on the debug toolbar and waits until it is no longer paused. */
+  async continue(): Promise<void> {
+    await this.action('debug-continue').click();
+    await waitFor('the debugger to resume', async () => !(await this.isPaused()), { timeoutMs: 30_000 });
+  }
+
+  /** Clicks Stop (or Disconnect) on the debug toolbar. */
+  async stop(): Promise<void> {
+    if (await this.visible('debug-stop')) await this.action('debug-stop').click();
+    else await this.action('debug-disconnect').click();
+  }
+
+  /** The "Paused on …" label of the Call Stack's paused thread/session. */
+  async pausedLabel(): Promise<string | undefined> {
+    await this.workbench.expandView('Call Stack');
+    // With one thread the header carries the state; with several, each thread row does.
+    const labels = await this.workbench.viewPane('Call Stack').locator('.call-stack-state-message, .monaco-list-row .state').allInnerTexts();
+    return labels.map((l) => l.trim()).find((l) => /paused/i.test(l));
+  }
+
+  /** Text of the Call Stack rows (thread, "Paused on …", frames with file:line). */
+  async callStack(): Promise<string[]> {
+    await this.workbench.expandView('Call Stack');
+    return this.workbench.treeRows('Call Stack');
+  }
+
+  /** Text of the Variables rows ("name: value", scopes expanded as VS Code expands them). */
+  async variables(scope = 'Locals'): Promise<string[]> {
+    await this.workbench.expandView('Variables');
+    await this.workbench.expandTreeRow('Variables', scope);
+    return this.workbench.treeRows('Variables');
+  }
+
+  async waitForVariable(pattern: RegExp, options: WaitOptions = {}): Promise<string> {
+    return waitFor(`a variable matching ${pattern}`, async () => (await this.variables()).find((v) => pattern.test(v)), { timeoutMs: 30_000, ...options });
+  }
+
+  /** Opens the Debug Console, types `expression`, Enter; returns the first new output line after it. */
+  async evaluate(expression: string, options: WaitOptions = {}): Promise<string> {
+    await this.workbench.runCommand('Focus on Debug Console View');
+    const input = this.page.locator('.repl .repl-input-wrapper .monaco-editor textarea, .repl .repl-input-wrapper .monaco-editor .native-edit-context').first();
+    await input.waitFor({ timeout: 20_000 });
+    const rowsBefore = await this.replRows();
+    await input.focus();
+    await this.page.keyboard.type(expression);
+    await this.page.keyboard.press('Enter');
+    return waitFor(`the Debug Console to answer ${expression}`, async () => {
+      const rows = await this.replRows();
+      const fresh = rows.slice(rowsBefore.length);
+      const echoed = fresh.findIndex((r) => r.includes(expression));
+      const answer = echoed >= 0 ? fresh[echoed + 1] : undefined;
+      return answer ?? false;
+    }, { timeoutMs: 30_000, ...options });
+  }
+
+  /** Text of the Debug Console rows, oldest first. */
+  async replRows(): Promise<string[]> {
+    return this.page.locator('.repl .monaco-list-row').evaluateAll((rows) =>
+      rows.map((r) => (r as HTMLElement).innerText.replace(/\s+/g, ' ').trim()),
+    );
+  }
+}
