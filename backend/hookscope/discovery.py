@@ -37,7 +37,9 @@ import importlib.abc
 import importlib.machinery
 import inspect
 import itertools
+import linecache
 import os
+import re
 import sys
 import textwrap
 import threading
@@ -599,19 +601,20 @@ class _IdentitySet:
         return id(obj) in self._items
 
 
+_ASSIGNED_NAME = re.compile(r"^\s*(?:self\.)?([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
+
+
 def _variable_name(module: Any) -> str | None:
-    """A variable that names ``module`` in some running frame or in ``__main__``."""
-    try:
-        frames = list(sys._current_frames().values())
-    except Exception:
-        frames = []
-    for frame in frames:
-        while frame is not None:
-            if not _is_library_file(_abspath(frame.f_code.co_filename)):
-                for key, value in list(frame.f_locals.items()):
-                    if value is module and key != "self" and key.isidentifier():
-                        return key
-            frame = frame.f_back
+    """The variable ``module`` was assigned to where it was created (``model = Net()``), else a global.
+
+    Read from the creating line's source, never from ``frame.f_locals``: that snapshot
+    would stay on a long-lived frame and keep a deleted model (and its memory) alive.
+    """
+    origin = origin_of(module)
+    if origin is not None and origin.file and origin.line:
+        match = _ASSIGNED_NAME.match(linecache.getline(origin.file, origin.line))
+        if match:
+            return match.group(1)
     main = sys.modules.get("__main__")
     for key, value in list(getattr(main, "__dict__", {}).items()):
         if value is module and not key.startswith("_"):
