@@ -1,0 +1,112 @@
+"""Drives a real debug session for the integration tests: the debugpy adapter over DAP plus
+an editor stand-in on the Hookscope socket, the way VS Code and the extension do."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from hookscope import bootstrap
+from hookscope.dap_client import DapClient
+from hookscope.editor_link import BackendConnection, EditorLink
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[3]
+DEADLINE = 120.0
+"""Generous: other test suites share this 2-core machine."""
+
+
+def marker_line(path: Path, marker: str) -> int:
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if text.rstrip().endswith(f"# @{marker}"):
+            return number
+    raise AssertionError(f"no marker {marker} in {path}")
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class DebugSession:
+    """One launch of a script under debugpy with Hookscope's bootstrap on PYTHONPATH."""
+
+    def __init__(self, script: Path, args: list[str] | None = None, just_my_code: bool = True,
+                 extra_pythonpath: list[str] | None = None) -> None:
+        self.script, self.args, self.just_my_code = script, args or [], just_my_code
+        self.link = EditorLink()
+        self.dap = DapClient.start_adapter()
+        self.conn: BackendConnection | None = None
+        self.extra_pythonpath = extra_pythonpath or []
+
+    def start(self, before_run: Callable[[BackendConnection], None] | None = None) -> BackendConnection:
+        """Launch; ``before_run`` talks to the agent before the script's first line runs."""
+        self.dap.initialize("hookscope-tests")
+        env = dict(self.link.env())
+        user_path = os.pathsep.join(self.extra_pythonpath + [os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
+        env["PYTHONPATH"] = bootstrap.pythonpath(user_path or None)
+        launch = self.dap.send_request("launch", {
+            "program": str(self.script), "args": self.args, "cwd": str(ROOT), "python": [sys.executable],
+            "console": "internalConsole", "justMyCode": self.just_my_code, "env": env,
+            "rules": [{"module": "hookscope", "include": True}],
+        })
+        self.dap.wait_event("initialized", timeout=DEADLINE)
+        self.conn = self.link.wait_connection(DEADLINE)
+        if before_run is not None:
+            before_run(self.conn)
+        self.dap.request("setExceptionBreakpoints", {"filters": []})
+        self.dap.request("configurationDone", timeout=DEADLINE)
+        launch.result(DEADLINE)
+        return self.conn
+
+    def output(self) -> str:
+        return "".join(e["body"].get("output", "") for e in self.dap.events("output")
+                       if e["body"].get("category") in ("stdout", "stderr"))
+
+    def stopped(self) -> tuple[int, dict]:
+        """The next stop: (thread id, top frame)."""
+        event = self.dap.wait_event("stopped", timeout=DEADLINE)
+        thread_id = event["body"]["threadId"]
+        return thread_id, self.dap.top_frame(thread_id)
+
+    def resume(self, thread_id: int) -> None:
+        self.dap.request("continue", {"threadId": thread_id})
+
+    def continue_until_exit(self) -> int:
+        """Continue every further stop until the program exits; its exit code."""
+        while True:
+            if self.dap.events("exited"):
+                return int(self.dap.wait_event("exited", timeout=1)["body"]["exitCode"])
+            if self.dap.events("stopped"):
+                thread_id, _ = self.stopped()
+                self.resume(thread_id)
+                continue
+            if self.dap.closed:
+                raise AssertionError("the adapter ended without an exited event")
+            time.sleep(0.05)
+            self._deadline_check()
+
+    _started_waiting: float | None = None
+
+    def _deadline_check(self) -> None:
+        if self._started_waiting is None:
+            self._started_waiting = time.monotonic()
+        if time.monotonic() - self._started_waiting > DEADLINE:
+            raise AssertionError("the program did not exit in time:\n" + self.output()[-2000:])
+
+    def close(self) -> None:
+        try:
+            if not self.dap.closed and not self.dap.events("terminated"):
+                self.dap.request("disconnect", {"terminateDebuggee": True}, timeout=30)
+        except Exception:
+            pass
+        self.dap.close()
+        self.link.close()
