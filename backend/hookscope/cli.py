@@ -10,6 +10,7 @@ summaries, then continues. The program's own output goes to the terminal.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import queue
@@ -164,6 +165,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def matching_layers(spec: dict[str, Any], tree: dict[str, Any]) -> list[str]:
+    """Layers of a ModelTree a spec selects by name, glob, class or definition line.
+
+    The same rules as the backend's resolution, minus call-site lines (those need the
+    model's source, which only the backend reads).
+    """
+    selected = []
+    for module in tree["modules"]:
+        name = module["name"]
+        if "layer" in spec and not fnmatch.fnmatchcase(name, spec["layer"]):
+            continue
+        if "cls" in spec and module["cls"] != spec["cls"]:
+            continue
+        if "file" in spec and not (module.get("line") == spec["line"]
+                                   and os.path.realpath(module.get("file", "")) == os.path.realpath(spec["file"])):
+            continue
+        selected.append(name)
+    return selected
+
+
 # ---------------------------------------------------------------------------
 # Output
 
@@ -228,6 +249,8 @@ class RunState:
     resolved: dict[str, set[str]] = field(default_factory=dict)
     """spec id -> layers it matched, over every model seen."""
     reported_unresolved: set[str] = field(default_factory=set)
+    fired: set[str] = field(default_factory=set)
+    """ids of the specs that produced a hit."""
     pending_hits: list[tuple[BackendConnection, dict, float]] = field(default_factory=list)
     pending_stops: list[tuple[int, float]] = field(default_factory=list)
     hits: int = 0
@@ -376,6 +399,7 @@ class Runner:
             self._resolve_again(conn)
         elif mtype == "hit":
             self.state.hits += 1
+            self.state.fired.add(str(message.get("breakpoint")))
             tree = self.state.models.get((conn.pid, message.get("model")))
             self.printer.hit(self.state.hits, message, tree["name"] if tree else None)
             if message.get("pausing"):
@@ -396,30 +420,31 @@ class Runner:
             self.printer.event("stats", None, dropped=message.get("dropped"), queued=message.get("queued"))
 
     def _resolve_again(self, conn: BackendConnection) -> None:
-        """Re-send the breakpoints now that a model is known, to learn what each spec matched."""
-        if not self.state.specs:
-            return
-        try:
-            resolved = conn.request("setBreakpoints", breakpoints=self.state.specs).get("resolved", [])
-        except (RequestError, TimeoutError) as exc:
-            self.printer.event("warning", f"hookscope: setting breakpoints failed: {exc}", message=str(exc))
-            return
-        for entry in resolved:
-            self.state.resolved.setdefault(entry.get("id", ""), set()).update(entry.get("layers") or [])
-        self._report_unresolved(final=False, errors={e.get("id"): e.get("error") for e in resolved})
+        """Which specs match the layers of the models known now (reported once per spec).
 
-    def _report_unresolved(self, final: bool, errors: dict[str, Any] | None = None) -> None:
+        Resolved here from the model trees rather than by re-sending the breakpoints:
+        that would restart their hit counters (``every N``, ``hit N``) mid-run.
+        """
+        for spec in self.state.specs:
+            for tree in self.state.models.values():
+                self.state.resolved.setdefault(spec["id"], set()).update(matching_layers(spec, tree))
+        self._report_unresolved(final=False)
+
+    def _report_unresolved(self, final: bool) -> None:
         if not self.state.models and not final:
             return
         for spec in self.state.specs:
             spec_id = spec["id"]
             if self.state.resolved.get(spec_id) or spec_id in self.state.reported_unresolved:
                 continue
+            if "file" in spec and (not final or spec_id in self.state.fired):
+                continue  # a call-site line only the backend can resolve: judged by whether it fired
             if final and not self.state.models:
                 detail = "no model was found in the program"
+            elif "file" in spec:
+                detail = "no layer is defined or called at that line"
             else:
-                detail = (errors or {}).get(spec_id) or "matches no layer"
-                detail += self._suggestion(spec)
+                detail = "matches no layer" + self._suggestion(spec)
             self.state.reported_unresolved.add(spec_id)
             text = self.spec_text.get(spec_id, spec_id)
             self.printer.event("error", f"hookscope: --break {text!r}: {detail}",

@@ -208,3 +208,11 @@ def test_user_argv_strips_debugpy_options(monkeypatch):
                         ["python", "/x/debugpy", "--connect", "127.0.0.1:5", "--configure-qt", "none",
                          "--adapter-access-token", "abc", "/w/train.py", "--lr", "3"])
     assert agent_mod._user_argv() == ["/w/train.py", "--lr", "3"]
+
+
+def test_drops_are_reported_in_a_stats_event(link, make_agent):
+    a = make_agent(link)
+    conn = link.wait_connection(10)
+    a.queue.dropped += 5  # as if a slow editor had cost five events
+    stats = conn.wait_event("stats", timeout=10)
+    assert stats["dropped"] == 5 and stats["queued"] >= 0

@@ -154,3 +154,28 @@ def test_launch_module_starts_the_agent():
         assert "final loss" in out
     finally:
         link.close()
+
+
+def test_connect_after_the_model_exists_finds_it_and_logs(tmp_path):
+    from hookscope.editor_link import EditorLink
+
+    link = EditorLink()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKSCOPE_")}
+    env["HOOKSCOPE_LOG_DIR"] = str(tmp_path)
+    process = subprocess.Popen([sys.executable, str(FIXTURES / "attach_later.py"), link.addr, link.token],
+                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        conn = link.wait_connection(DEADLINE)
+        tree = conn.wait_event("modelAdded", timeout=DEADLINE)["model"]
+        modules = {m["name"]: m for m in tree["modules"]}
+        assert tree["cls"] == "TinyCNN" and tree["name"] == "model"
+        # Made before Hookscope was there: lines come from the class source.
+        assert modules["conv2"]["line"] == marker_line(TINY_CNN, "conv2")
+        assert modules["head.1"]["line"] == marker_line(TINY_CNN, "head.1")
+        logs = list(tmp_path.glob("hookscope-agent-*.log"))
+        assert len(logs) == 1
+        wait_for(lambda: "model m1: model (TinyCNN" in logs[0].read_text(encoding="utf-8"), "the agent's log")
+    finally:
+        out, _ = process.communicate("\n", timeout=DEADLINE)
+        link.close()
+    assert process.returncode == 0 and "connected True" in out
