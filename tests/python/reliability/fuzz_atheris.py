@@ -1,0 +1,44 @@
+"""Atheris (coverage-guided) harness for the Python decoder and validator.
+
+Run by ``test_atheris.py`` with a small fixed budget, or by hand for longer:
+``python tests/python/reliability/fuzz_atheris.py -atheris_runs=200000``.
+Any exception other than ``ProtocolError`` out of ``FrameReader.feed`` or
+``protocol.validate`` is a crash; libFuzzer's ``-timeout`` catches hangs.
+Needs ``pip install atheris`` (not a project dependency).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import atheris
+
+with atheris.instrument_imports():
+    from hookscope import codec, protocol
+
+
+def test_one_input(data: bytes) -> None:
+    reader = codec.FrameReader()
+    # Half the inputs as a raw stream (headers included), half as a body with a correct header.
+    if data[:1] == b"\x00":
+        stream = data[1:]
+    else:
+        stream = len(data).to_bytes(4, "big") + data
+    try:
+        messages = reader.feed(stream)
+    except protocol.ProtocolError:
+        return
+    for message in messages:
+        try:
+            protocol.validate(message)
+        except protocol.ProtocolError:
+            pass
+
+
+def main() -> None:
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
