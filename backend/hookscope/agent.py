@@ -57,6 +57,9 @@ STRUCTURE_CHECK_S = 2.0
 STATS_INTERVAL_S = 2.0
 RECONNECT_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
+_DEFERRABLE = frozenset({"setBreakpoints", "setBreakOnNonFinite", "watch"})
+"""Requests that replace a whole setting: kept until the engine exists, then applied."""
+
 ESSENTIAL_TYPES = frozenset({"reply", "heartbeat", "hit", "resumed", "modelAdded", "modelRemoved", "notice", "stats"})
 
 log = logging.getLogger("hookscope.agent")
@@ -114,10 +117,17 @@ class Agent:
 
     def __init__(self, host: str, port: int, token: str, session: str | None = None, *,
                  engine_factory: Callable[[Callable[[dict], None]], EngineLike] | None = None,
+                 engine_ready: Callable[[], bool] | None = None,
                  discovery: Any = None, discover: bool = True) -> None:
         self.host, self.port, self.token, self.session = host, port, token, session
         self._engine_factory = engine_factory or _default_engine_factory
+        self._engine_ready = engine_ready or _torch_ready
         self._engine: EngineLike | None = None
+        self._engine_failed = False
+        self._deferred: dict[str, dict] = {}
+        """Latest setBreakpoints/setBreakOnNonFinite/watch received before the engine existed."""
+        self._replaying = False
+        self._stats_at = 0.0
         self._engine_lock = threading.RLock()
         self.queue = OutgoingQueue()
         self._out = bytearray()
@@ -161,6 +171,8 @@ class Agent:
         """Queue an event for the editor; never blocks (drops and counts when full)."""
         if not self._connected.is_set():
             return  # nobody listens: events of a dead connection are not kept
+        if self._replaying and event.get("code") == "breakpointUnresolved":
+            return  # replayed before any model exists: the editor was told when it asked
         self.queue.put(event)
         self._wake()
 
@@ -200,6 +212,8 @@ class Agent:
         with self._engine_lock:
             self._models[model_id] = tree
             self._modules[model_id] = module
+            if self._engine is None and self._connected.is_set():
+                self._create_engine()  # a model exists, so torch is loaded: the engine may load too
             if self._engine is not None:
                 self._call_engine("add_model", model_id, module, locations=_locations(tree))
                 self.emit({"type": "modelAdded", "model": tree})
@@ -291,6 +305,7 @@ class Agent:
                 now = time.monotonic()
                 if now >= next_poll:
                     next_poll = now + POLL_INTERVAL_S
+                    self._ensure_engine()
                     self._poll_discovery()
                     self._maybe_send_stats()
                 if now >= next_structure:
@@ -336,19 +351,50 @@ class Agent:
         with self._engine_lock:
             self.queue.clear()
             self._out.clear()
+            self._deferred.clear()
+            self._engine_failed = False
             self._connected.set()
-            try:
-                self._engine = self._engine_factory(self.emit)
-            except Exception as exc:
-                log.exception("cannot create the engine")
-                self._engine = None
-                self.emit({"type": "notice", "level": "error", "code": "engineError",
-                           "message": f"Hookscope could not start its engine: {exc}"})
+            if self._engine_ready():
+                self._create_engine()
             for model_id, tree in list(self._models.items()):
                 module = self._modules.get(model_id)
                 if self._engine is not None and module is not None:
                     self._call_engine("add_model", model_id, module, locations=_locations(tree))
                 self.emit({"type": "modelAdded", "model": tree})
+
+    def _create_engine(self) -> None:
+        """Create this connection's engine (imports torch) and hand it what was asked before.
+
+        Deferred until the program has imported torch itself: a script that never uses
+        torch must not pay for it. Call with ``_engine_lock`` held.
+        """
+        if self._engine is not None or self._engine_failed:
+            return
+        try:
+            self._engine = self._engine_factory(self.emit)
+        except Exception as exc:
+            log.exception("cannot create the engine")
+            self._engine_failed = True
+            self.emit({"type": "notice", "level": "error", "code": "engineError",
+                       "message": f"Hookscope could not start its engine: {exc}"})
+            return
+        deferred, self._deferred = self._deferred, {}
+        self._replaying = True
+        try:
+            for request in deferred.values():
+                try:
+                    self._engine.handle(request)
+                except Exception as exc:
+                    self.emit({"type": "notice", "level": "warning", "code": "badRequest",
+                               "message": f"{request['type']} could not be applied: {exc}"})
+        finally:
+            self._replaying = False
+
+    def _ensure_engine(self) -> EngineLike | None:
+        if self._engine is None and self._connected.is_set() and self._engine_ready():
+            with self._engine_lock:
+                self._create_engine()
+        return self._engine
 
     def _disconnected(self, sock: socket.socket) -> None:
         with self._engine_lock:
@@ -422,7 +468,9 @@ class Agent:
         if definition.kind != "request":
             return
         if engine is None:
-            self._reply_error(re, protocol.ERR_NOT_AVAILABLE, "the Hookscope engine is not available")
+            engine = self._ensure_engine()
+        if engine is None:
+            self._answer_without_engine(re, message)
             return
         try:
             body = engine.handle(message)
@@ -434,6 +482,26 @@ class Agent:
             self._reply_error(re, protocol.ERR_INTERNAL, f"{type(exc).__name__}: {exc}")
             return
         self.emit(protocol.reply(re, body if isinstance(body, dict) else {}))
+
+    def _answer_without_engine(self, re: int, message: dict) -> None:
+        """Before the program imports torch: keep the latest settings, apply them later."""
+        mtype = message["type"]
+        if self._engine_failed:
+            self._reply_error(re, protocol.ERR_NOT_AVAILABLE, "the Hookscope engine could not start")
+        elif mtype in _DEFERRABLE:
+            self._deferred[mtype] = message
+            if mtype == "setBreakpoints":
+                specs = message["breakpoints"]
+                body = {"resolved": [{"id": str(s.get("id", "")) if isinstance(s, dict) else "", "layers": []}
+                                     for s in specs]}
+            elif mtype == "setBreakOnNonFinite":
+                body = {"enabled": message["enabled"]}
+            else:
+                body = {"layers": list(message["layers"])}
+            self.emit(protocol.reply(re, body))
+        else:
+            self._reply_error(re, protocol.ERR_NOT_AVAILABLE, "no PyTorch model yet: the program has not "
+                              "imported torch")
 
     def _on_reply(self, message: dict) -> None:
         error = message.get("error")
@@ -516,7 +584,7 @@ class Agent:
         dropped = self.queue.dropped
         if dropped != self._last_stats_dropped:
             now = time.monotonic()
-            if now - getattr(self, "_stats_at", 0.0) >= STATS_INTERVAL_S:
+            if now - self._stats_at >= STATS_INTERVAL_S:
                 self._stats_at = now
                 self._last_stats_dropped = dropped
                 self.queue.put({"type": "stats", "dropped": dropped, "queued": len(self.queue)})
@@ -658,6 +726,13 @@ def _torch_version() -> str:
         return version("torch")
     except Exception:
         return ""
+
+
+def _torch_ready() -> bool:
+    """Whether the program has finished importing torch (the engine may then import it too)."""
+    torch = sys.modules.get("torch")
+    spec = getattr(torch, "__spec__", None)
+    return torch is not None and not getattr(spec, "_initializing", False)
 
 
 def _debugger_active() -> bool:

@@ -232,6 +232,12 @@ class EditorLink:
             self.refused.append(f"{code}: {exc}")
             try:
                 sock.sendall(codec.frame(protocol.error_reply(-1, code, str(exc))))
+                # Half-close and let the backend close first: closing with unread input
+                # would send a reset that can destroy the error reply before it is read.
+                sock.shutdown(socket.SHUT_WR)
+                sock.settimeout(2.0)
+                while sock.recv(1 << 16):
+                    pass
             except OSError:
                 pass
             sock.close()

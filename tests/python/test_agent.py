@@ -60,6 +60,7 @@ def make_agent():
     FakeEngine.instances.clear()
 
     def make(link, **kwargs):
+        kwargs.setdefault("engine_ready", lambda: True)
         a = Agent(link.host, link.port, link.token, link.session, engine_factory=FakeEngine,
                   discover=False, **kwargs)
         a.start()
@@ -159,7 +160,8 @@ def test_silent_editor_is_detected_once_it_has_answered_pings(link, make_agent, 
 
 
 def test_wrong_token_is_refused_for_good(link, make_agent, capfd):
-    a = Agent(link.host, link.port, "not-the-token", engine_factory=FakeEngine, discover=False)
+    a = Agent(link.host, link.port, "not-the-token", engine_factory=FakeEngine, discover=False,
+              engine_ready=lambda: True)
     a.start()
     try:
         assert wait_until(lambda: a.refused is not None)
@@ -175,7 +177,7 @@ def test_emit_never_blocks_when_the_editor_does_not_read(monkeypatch):
     monkeypatch.setattr(agent_mod, "OUT_BUFFER_LIMIT", 1 << 20)
     server = socket.create_server(("127.0.0.1", 0))
     host, port = server.getsockname()[:2]
-    a = Agent(host, port, "t", engine_factory=FakeEngine, discover=False)
+    a = Agent(host, port, "t", engine_factory=FakeEngine, discover=False, engine_ready=lambda: True)
     a.start()
     try:
         peer, _ = server.accept()  # accepted, never read: the socket buffers fill up
@@ -185,7 +187,8 @@ def test_emit_never_blocks_when_the_editor_does_not_read(monkeypatch):
         for _ in range(20000):  # would block on a full socket if emit wrote to it
             a.emit(payload)
         assert a.queue.dropped > 0
-        assert len(a.queue) <= agent_mod.QUEUE_LIMIT
+        waiting = sum(1 for m in list(a.queue._items) if m["type"] == "summaries")
+        assert waiting <= agent_mod.QUEUE_LIMIT  # (heartbeats and stats may wait beside them)
         peer.close()
     finally:
         a.stop()
@@ -216,3 +219,19 @@ def test_drops_are_reported_in_a_stats_event(link, make_agent):
     a.queue.dropped += 5  # as if a slow editor had cost five events
     stats = conn.wait_event("stats", timeout=10)
     assert stats["dropped"] == 5 and stats["queued"] >= 0
+
+
+def test_settings_wait_for_torch_and_are_applied_when_the_engine_starts(link, make_agent):
+    torch_loaded = threading.Event()
+    a = make_agent(link, engine_ready=torch_loaded.is_set)
+    conn = link.wait_connection(10)
+    # Before the program imports torch there is no engine; settings are kept, not refused.
+    assert conn.request("setBreakOnNonFinite", enabled=True) == {"enabled": True}
+    assert conn.request("setBreakpoints", breakpoints=[{"id": "b1", "layer": "fc"}]) == {
+        "resolved": [{"id": "b1", "layers": []}]}
+    with pytest.raises(RequestError) as err:
+        conn.request("listHooks")
+    assert err.value.code == protocol.ERR_NOT_AVAILABLE and "torch" in err.value.message
+    assert not FakeEngine.instances
+    torch_loaded.set()
+    assert wait_until(lambda: FakeEngine.instances and FakeEngine.instances[-1].hooks == 3)
