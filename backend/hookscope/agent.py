@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import errno
 import logging
 import os
 import platform
@@ -682,6 +681,9 @@ def _after_fork_in_child() -> None:
     if agent is not None:
         agent._connected.clear()
         agent._stop.set()
+        agent._engine = None  # the parent's engine: never driven from here
+        if agent.discovery is not None:
+            agent.discovery.forget_listener()
 
 
 if hasattr(os, "register_at_fork"):

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from . import bootstrap, protocol
 from .dap_client import DapClient, DapError
 from .editor_link import BackendConnection, EditorLink, RequestError
-from .report import SUMMARY_COLUMNS, Report, format_number, summary_cells
+from .report import SUMMARY_COLUMNS, Report, summary_cells
 
 EXIT_STOPPED_AT_HIT = 3
 """Exit status of ``--stop-on-hit`` when a breakpoint fired."""

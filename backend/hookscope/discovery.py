@@ -404,6 +404,11 @@ class Discovery:
             _listeners.remove(self._arm_first_forward_flush)
         self._disarm()
 
+    def forget_listener(self) -> None:
+        """Stop arming the first-forward flush, without locks (safe right after fork)."""
+        if self._arm_first_forward_flush in _listeners:
+            _listeners.remove(self._arm_first_forward_flush)
+
     def roots(self) -> list[tuple[str, Any, dict]]:
         """Live roots as (model_id, module, tree)."""
         with self._lock:
