@@ -282,7 +282,7 @@ class Runner:
         self.link = EditorLink(on_event=lambda conn, msg: self.events.put(("hs", conn, msg)))
         self.link.on_connect = lambda conn: self.events.put(("connect", conn, None))
         try:
-            self.dap = DapClient.start_adapter(self.args.python)
+            self.dap = DapClient.start_adapter()  # this interpreter has debugpy; the script may use another
             self.dap.on_event = lambda event: self.events.put(("dap", event, None))
             self._launch()
             return self._loop()
