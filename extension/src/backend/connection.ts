@@ -195,10 +195,17 @@ export class BackendConnection {
     }
     if (msg.type === 'reply') {
       this.onReply(msg);
+    } else if (msg.type === 'heartbeat') {
+      // The backend checks we are alive; once we have answered one, ~2 s of silence from us
+      // makes it remove every hook (a hung editor must not keep hooks in a training run).
+      this.write({ type: 'reply', re: msg.id, body: {} });
     } else if (msg.type === 'hello') {
       this.sendError(-1, new ProtocolError('badMessage', 'hello was already received'));
     } else if (isToBackend(msg.type)) {
-      this.sendError(-1, new ProtocolError('badMessage', `'${msg.type}' is not sent to the editor`));
+      // Answer a misdirected request under its own id, so the sender can match the error.
+      const id = (msg as { id?: unknown }).id;
+      const re = typeof id === 'number' && Number.isInteger(id) ? id : -1;
+      this.sendError(re, new ProtocolError('badMessage', `'${msg.type}' is not sent to the editor`));
     } else {
       this.eventEmitter.fire(msg);
     }
