@@ -10,7 +10,7 @@ export interface BrowserSession {
   close(): Promise<void>;
 }
 
-export const VIEWPORT = { width: 1600, height: 1000 };
+export const VIEWPORT = { width: 1600, height: 1200 };
 
 export async function launchBrowser(runDir: string, env: NodeJS.ProcessEnv): Promise<BrowserSession> {
   const context = await chromium.launchPersistentContext(path.join(runDir, 'chromium-profile'), {

@@ -119,9 +119,13 @@ export async function startCodeServer(options: CodeServerOptions): Promise<CodeS
   const env = runEnvironment(options.runDir, options.envMarker);
   const userDataDir = path.join(options.runDir, 'user-data');
   const extensionsDir = path.join(options.runDir, 'extensions');
-  fs.mkdirSync(path.join(userDataDir, 'User'), { recursive: true });
   fs.mkdirSync(extensionsDir, { recursive: true });
-  fs.writeFileSync(path.join(userDataDir, 'User', 'settings.json'), JSON.stringify(options.userSettings, null, 2));
+  // code-server is a "remote" window: settings with `"scope": "machine"` (hookscope.traceFile)
+  // are read from Machine/settings.json only, the rest from User/settings.json. Write both.
+  for (const scope of ['User', 'Machine']) {
+    fs.mkdirSync(path.join(userDataDir, scope), { recursive: true });
+    fs.writeFileSync(path.join(userDataDir, scope, 'settings.json'), JSON.stringify(options.userSettings, null, 2));
+  }
   installExtensions(options, env, userDataDir, extensionsDir);
 
   const port = options.port ?? (await freePort());

@@ -83,9 +83,13 @@ export class Debugger {
     return waitFor(`a variable matching ${pattern}`, async () => (await this.variables()).find((v) => pattern.test(v)), { timeoutMs: 30_000, ...options });
   }
 
+  async openDebugConsole(): Promise<void> {
+    await this.workbench.runCommand('Focus on Debug Console View');
+  }
+
   /** Opens the Debug Console, types `expression`, Enter; returns the first new output line after it. */
   async evaluate(expression: string, options: WaitOptions = {}): Promise<string> {
-    await this.workbench.runCommand('Focus on Debug Console View');
+    await this.openDebugConsole();
     const input = this.page.locator('.repl .repl-input-wrapper .monaco-editor textarea, .repl .repl-input-wrapper .monaco-editor .native-edit-context').first();
     await input.waitFor({ timeout: 20_000 });
     const rowsBefore = await this.replRows();

@@ -170,6 +170,41 @@ export class Workbench {
     return true;
   }
 
+  /**
+   * Every row of a tree view, scrolling through it: tree rows are virtualised,
+   * only those on screen exist in the DOM.
+   */
+  async allTreeRows(viewTitle: string): Promise<string[]> {
+    const list = this.viewPane(viewTitle).locator('.monaco-list').first();
+    const seen: string[] = [];
+    await list.hover();
+    for (let i = 0; i < 40; i++) {
+      const before = seen.length;
+      for (const row of await this.treeRows(viewTitle)) if (!seen.includes(row)) seen.push(row);
+      if (i > 0 && seen.length === before) break;
+      await this.page.mouse.wheel(0, 120);
+    }
+    await this.page.mouse.move(0, 0); // leave no hover over the tree
+    return seen;
+  }
+
+  /** Collapses an expanded view pane (to make room for others). */
+  async collapseView(viewTitle: string): Promise<void> {
+    const header = this.viewPane(viewTitle).locator('.pane-header').first();
+    if ((await header.count()) && (await header.getAttribute('aria-expanded')) === 'true') await header.click();
+  }
+
+  /** Expands every collapsed row of a tree view (a few rounds, as children appear). */
+  async expandAllTreeRows(viewTitle: string, rounds = 30): Promise<void> {
+    const pane = this.viewPane(viewTitle);
+    for (let i = 0; i < rounds; i++) {
+      const collapsed = pane.locator('.monaco-list-row[aria-expanded="false"]');
+      if ((await collapsed.count()) === 0) return;
+      await collapsed.first().locator('.monaco-tl-twistie').click();
+    }
+    await this.page.mouse.move(0, 0);
+  }
+
   /** Expands a collapsed view pane by clicking its header. */
   async expandView(viewTitle: string): Promise<void> {
     const header = this.viewPane(viewTitle).locator('.pane-header').first();
