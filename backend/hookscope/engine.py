@@ -79,6 +79,8 @@ class Engine:
         self._paused: dict[str, Any] | None = None
         self._interventions: Any = None
         self._filtered_notice_sent = False
+        self._callback_errors: set[tuple[str, str]] = set()
+        """(breakpoint id, error) already reported: a raising callback is told once, not every call."""
 
     # ------------------------------------------------------------------ models
 
@@ -405,8 +407,10 @@ class Engine:
             except stop.BreakpointHit:
                 raise
             except Exception as exc:
-                self._notice("warning", f"breakpoint callback raised {type(exc).__name__}: {exc}",
-                             "callbackError")
+                text = f"breakpoint callback raised {type(exc).__name__}: {exc}"[:500]
+                if (bp_id, text) not in self._callback_errors and len(self._callback_errors) < 64:
+                    self._callback_errors.add((bp_id, text))
+                    self._notice("warning", text, "callbackError")
             return
         log.warning("hookscope: %s (step %d)", reason, event.step)
         self._notice("info", f"{reason} (step {event.step})", "hit")
