@@ -55,15 +55,29 @@ export class Workbench {
     await this.page.keyboard.press('Enter');
   }
 
-  /** Waits until the focused quick-pick row's label is exactly `label` (case-insensitive). */
+  /**
+   * Moves the quick pick's focus to the row whose label is exactly `label`
+   * (case-insensitive; a palette label may carry a "Category: " prefix): fuzzy
+   * matching can rank a longer title ("Show Layer in Tensors Panel") first.
+   */
   async waitForFocusedQuickPick(label: string, { timeoutMs = 20_000 }: WaitOptions = {}): Promise<void> {
     const wanted = label.toLowerCase();
-    await waitFor(`quick pick entry "${label}" focused`, async () => {
-      const focused = this.quickInput().locator('.monaco-list-row.focused .label-name').first();
-      if ((await focused.count()) === 0) return false;
-      const text = (await focused.innerText()).replace(/\s+/g, ' ').trim().toLowerCase();
-      return text === wanted || text.endsWith(`: ${wanted}`) || wanted.endsWith(text);
+    const matches = (text: string) => {
+      const t = text.replace(/\s+/g, ' ').trim().toLowerCase();
+      return t === wanted || t.endsWith(`: ${wanted}`) || wanted.endsWith(`: ${t}`);
+    };
+    const rows = this.quickInput().locator('.monaco-list-row .label-name');
+    const index = await waitFor(`quick pick entry "${label}"`, async () => {
+      const labels = await rows.allInnerTexts();
+      const i = labels.findIndex(matches);
+      return i >= 0 ? i + 1 : false; // 1-based so that 0 is not "not found"
     }, { timeoutMs });
+    for (let i = 0; i < index + 5; i++) {
+      const focused = this.quickInput().locator('.monaco-list-row.focused .label-name').first();
+      if ((await focused.count()) > 0 && matches(await focused.innerText())) return;
+      await this.page.keyboard.press('ArrowDown');
+    }
+    throw new Error(`could not focus the quick pick entry "${label}"`);
   }
 
   /** In an open quick pick (e.g. one an extension shows), type to filter and pick `label`. */

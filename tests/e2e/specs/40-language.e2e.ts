@@ -1,0 +1,88 @@
+// Workflow 7 of issue 6 (Hookscope's language server in the editor): code
+// lenses ("Break on forward" / "Break on backward") on the layer lines of the
+// CNN example, and a discarded hook handle in a user file flagged with HS001
+// whose quick fix, applied from the Ctrl+. menu, keeps the handle.
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { hookscopeVsix, sessionSteps } from '../harness/hookscope.ts';
+import { EXAMPLES_DIR } from '../harness/paths.ts';
+import { E2ERun } from '../harness/session.ts';
+import { isEvent } from '../harness/trace.ts';
+import { waitFor } from '../harness/wait.ts';
+import { Workbench } from '../harness/workbench.ts';
+import { hookscopeSettings, launchJson } from '../harness/workspace.ts';
+
+const LEAKY_HOOKS = `"""Registers a hook and throws its handle away (the language server flags it)."""
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+
+def log_output(module, inputs, output):
+    print(module, output.shape)
+
+
+model[0].register_forward_hook(log_output)
+model(torch.zeros(1, 4))
+`;
+
+describe('language server: code lenses and diagnostics', function () {
+  const session = sessionSteps(() => E2ERun.start({
+    name: 'language',
+    extensions: [hookscopeVsix()],
+    workspaceSource: EXAMPLES_DIR,
+    workspaceFiles: { '.vscode/launch.json': launchJson(), 'leaky_hooks.py': LEAKY_HOOKS },
+    settings: ({ traceFile }) => hookscopeSettings({ traceFile }),
+  }));
+
+  it('7a. code lenses appear on the layer lines', async function () {
+    const { workbench, trace } = session.run();
+    await workbench.openFile('cnn.py');
+    await trace.waitForEvent('extension activated', isEvent('activated'), { timeoutMs: 60_000 });
+    const conv1Line = Workbench.lineOf(path.join(session.run().workspaceDir, 'cnn.py'), 'self.conv1 = nn.Conv2d(');
+    await workbench.goToLine(conv1Line);
+    const lenses = await waitFor('code lenses on the layer lines', async () => {
+      const texts = await workbench.page.locator('.monaco-editor .codelens-decoration').allInnerTexts();
+      return texts.some((t) => /Break on forward/.test(t)) && texts.some((t) => /Break on backward/.test(t)) ? texts : false;
+    }, { timeoutMs: 90_000 });
+    assert.ok(lenses.filter((t) => /Break on forward/.test(t)).length >= 3, `lenses on several layer lines: ${lenses.join(' | ')}`);
+    await workbench.screenshot('code-lenses');
+
+    // Clicking a lens toggles a layer breakpoint on its line.
+    const toggledAt = session.run().trace.mark();
+    await workbench.page.locator('.monaco-editor .codelens-decoration a', { hasText: 'Break on backward' }).first().click();
+    const toggled = await trace.waitForEvent('breakpoint toggled from a lens', isEvent('breakpoint.toggled', { present: true }), { after: toggledAt });
+    assert.equal(toggled.phase, 'backward');
+  });
+
+  it('7b. a discarded hook handle shows a diagnostic whose quick fix applies', async function () {
+    const { workbench } = session.run();
+    const file = path.join(session.run().workspaceDir, 'leaky_hooks.py');
+    await workbench.openFile('leaky_hooks.py');
+    const line = Workbench.lineOf(file, 'register_forward_hook(log_output)');
+    await waitFor('an HS001 warning squiggle', async () => (await workbench.page.locator('.monaco-editor .squiggly-warning, .monaco-editor .squiggly-error').count()) > 0, { timeoutMs: 90_000 });
+    await workbench.waitForStatusBar('one problem', /(Warnings?: 1|1 warning|Problems: 1)/i).catch(() => undefined);
+    await workbench.screenshot('discarded-handle-diagnostic');
+
+    await workbench.goToLine(line);
+    await workbench.page.keyboard.press('End');
+    await workbench.page.keyboard.press('Control+.');
+    const item = workbench.page.locator('.action-widget .monaco-list-row', { hasText: /HS001/ }).first();
+    await item.waitFor({ timeout: 30_000 }).catch(async () => {
+      const offered = await workbench.page.locator('.action-widget .monaco-list-row').allInnerTexts();
+      throw new Error(`no quick fix for HS001 offered; the menu has: ${JSON.stringify(offered)}`);
+    });
+    await workbench.screenshot('quick-fix-menu');
+    await item.click();
+    await workbench.page.keyboard.press('Control+S');
+    const fixed = await waitFor('the quick fix to keep the handle', () => {
+      const text = fs.readFileSync(file, 'utf8');
+      return /^\s*\w+\s*=\s*model\[0\]\.register_forward_hook\(log_output\)/m.test(text) ? text : false;
+    }, { timeoutMs: 30_000 });
+    assert.doesNotMatch(fixed, /^model\[0\]\.register_forward_hook/m);
+    await waitFor('the warning to go away', async () => (await workbench.page.locator('.monaco-editor .squiggly-warning').count()) === 0, { timeoutMs: 60_000 });
+    await workbench.screenshot('quick-fix-applied');
+  });
+});
