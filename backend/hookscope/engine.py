@@ -295,6 +295,11 @@ class Engine:
         return {"png": image.png, "width": image.width, "height": image.height, "meta": image.meta}
 
     def _req_inspectValue(self, request: dict) -> dict:
+        if request.get("handle") is not None:
+            # Published from any paused frame through the debugger ("Show in Hookscope"): nothing to evaluate.
+            from hookscope import inspector
+
+            return inspector.answer(request)
         paused = self._paused
         if paused is None:
             raise ProtocolError(ERR_NOT_AVAILABLE, "no thread is paused at a Hookscope hit")
@@ -314,6 +319,13 @@ class Engine:
             visuals = self._optional("visuals", "rendering")
             body["png"] = visuals.tensor_image(tensor.detach(), **options).png
         return body
+
+    def _req_releaseInspected(self, request: dict) -> dict:
+        from hookscope import inspector
+
+        handles = request.get("handles")
+        return {"released": inspector.release([h for h in handles if isinstance(h, str)]
+                                              if isinstance(handles, (list, tuple)) else None)}
 
     # ------------------------------------------------------------------ shutdown
 

@@ -238,11 +238,28 @@ MESSAGES: tuple[Message, ...] = (
     )),
     Message("inspectValue", "request", "toBackend",
             "Summarize (and optionally render) a tensor the debugger names by expression in a paused frame.", (
-        _f("expression", "str", "expression evaluated in the paused hit frame"),
-        _f("options", "map", "render options (axes, slice indices)", True),
+        _f("expression", "str", "expression evaluated in the paused hit frame; with 'handle', only its label"),
+        _f("options", "map", "render options: {view: 'slice' | 'featureMap' | 'summary', axes: [row, col], "
+           "index: {axis: position}, batch, page, per_page, channel, shared_scale, cmap}", True),
+        _f("handle", "str", "a value published from any paused frame through DAP evaluate of "
+           "hookscope.inspector.publish(expression, handle); nothing is evaluated then", True),
     ), (
         _f("summary", "map", "TensorSummary"),
         _f("png", "bin", "an image of the selected 2-D slice", True),
+        _f("path", "str", "where the tensor sits in the published value ('batch.image', 'out[0]')", True),
+        _f("width", "int", "image pixels", True),
+        _f("height", "int", "image pixels", True),
+        _f("meta", "map", "what the image shows (range, axes, index, NaN/Inf counts, grid)", True),
+        _f("values", "bin", "the displayed slice's values, float32 little-endian, row-major", True),
+        _f("valuesShape", "list", "[rows, cols] of 'values'", True),
+        _f("valuesStep", "list", "[row step, col step]: values[i][j] is the slice's element (i*step0, j*step1)",
+           True),
+    )),
+    Message("releaseInspected", "request", "toBackend",
+            "Forget values published for inspectValue (the program resumed).", (
+        _f("handles", "list", "handles to drop; all when absent", True),
+    ), (
+        _f("released", "int", "how many were held"),
     )),
     Message("bye", "event", "toBackend", "The editor is going away: remove all hooks and resume."),
 )

@@ -452,10 +452,12 @@ export interface ListInterventionsResult {
 export interface InspectValueRequest {
   type: 'inspectValue';
   id: number;
-  /** expression evaluated in the paused hit frame */
+  /** expression evaluated in the paused hit frame; with 'handle', only its label */
   expression: string;
-  /** render options (axes, slice indices) */
+  /** render options: {view: 'slice' | 'featureMap' | 'summary', axes: [row, col], index: {axis: position}, batch, page, per_page, channel, shared_scale, cmap} */
   options?: Record<string, unknown>;
+  /** a value published from any paused frame through DAP evaluate of hookscope.inspector.publish(expression, handle); nothing is evaluated then */
+  handle?: string;
 }
 
 /** Reply body of inspectValue. */
@@ -464,6 +466,34 @@ export interface InspectValueResult {
   summary: Record<string, unknown>;
   /** an image of the selected 2-D slice */
   png?: Uint8Array;
+  /** where the tensor sits in the published value ('batch.image', 'out[0]') */
+  path?: string;
+  /** image pixels */
+  width?: number;
+  /** image pixels */
+  height?: number;
+  /** what the image shows (range, axes, index, NaN/Inf counts, grid) */
+  meta?: Record<string, unknown>;
+  /** the displayed slice's values, float32 little-endian, row-major */
+  values?: Uint8Array;
+  /** [rows, cols] of 'values' */
+  valuesShape?: unknown[];
+  /** [row step, col step]: values[i][j] is the slice's element (i*step0, j*step1) */
+  valuesStep?: unknown[];
+}
+
+/** Forget values published for inspectValue (the program resumed). */
+export interface ReleaseInspectedRequest {
+  type: 'releaseInspected';
+  id: number;
+  /** handles to drop; all when absent */
+  handles?: unknown[];
+}
+
+/** Reply body of releaseInspected. */
+export interface ReleaseInspectedResult {
+  /** how many were held */
+  released: number;
 }
 
 /** The editor is going away: remove all hooks and resume. */
@@ -472,7 +502,7 @@ export interface ByeMessage {
 }
 
 export type FromBackend = HelloMessage | ModelAddedMessage | ModelRemovedMessage | HitMessage | SummariesMessage | ShapesMessage | ResumedMessage | NoticeMessage | StatsMessage | HeartbeatRequest | ReplyMessage;
-export type ToBackend = PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ByeMessage;
+export type ToBackend = PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ReleaseInspectedRequest | ByeMessage;
 
 /** Request type -> its params (without type/id) and its result. */
 export interface RequestMap {
@@ -489,6 +519,7 @@ export interface RequestMap {
   removeIntervention: { params: Omit<RemoveInterventionRequest, 'type' | 'id'>; result: RemoveInterventionResult };
   listInterventions: { params: Omit<ListInterventionsRequest, 'type' | 'id'>; result: ListInterventionsResult };
   inspectValue: { params: Omit<InspectValueRequest, 'type' | 'id'>; result: InspectValueResult };
+  releaseInspected: { params: Omit<ReleaseInspectedRequest, 'type' | 'id'>; result: ReleaseInspectedResult };
 }
 
 export type FieldType = 'str' | 'int' | 'float' | 'bool' | 'bin' | 'list' | 'map' | 'any';
@@ -519,6 +550,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   addIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layer', type: 'str', optional: false }, { name: 'kind', type: 'str', optional: false }, { name: 'model', type: 'str', optional: true }, { name: 'channels', type: 'list', optional: true }, { name: 'value', type: 'float', optional: true }] },
   removeIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'intervention', type: 'str', optional: true }] },
   listInterventions: { kind: 'request', direction: 'toBackend', fields: [] },
-  inspectValue: { kind: 'request', direction: 'toBackend', fields: [{ name: 'expression', type: 'str', optional: false }, { name: 'options', type: 'map', optional: true }] },
+  inspectValue: { kind: 'request', direction: 'toBackend', fields: [{ name: 'expression', type: 'str', optional: false }, { name: 'options', type: 'map', optional: true }, { name: 'handle', type: 'str', optional: true }] },
+  releaseInspected: { kind: 'request', direction: 'toBackend', fields: [{ name: 'handles', type: 'list', optional: true }] },
   bye: { kind: 'event', direction: 'toBackend', fields: [] },
 };

@@ -1,0 +1,105 @@
+"""pydevd type plugin: tensors and modules as one cheap line in Variables, Watch, hover and the console.
+
+pydevd (debugpy) builds a value's text from ``repr``, which for a tensor
+formats its data (debugpy #1660, #1494, #1191: seconds to minutes on big or
+CUDA tensors). pydevd imports every ``pydevd_plugins.extensions.**.pydevd_plugin*``
+module on ``sys.path`` and asks each ``StrPresentationProvider`` /
+``TypeResolveProvider`` whether it handles a type; these ones handle
+``torch.Tensor`` (line + children from ``hookscope.tensor_repr``) and
+``torch.nn.Module`` (class and parameter count).
+
+They never import torch themselves (a program that never did pays nothing),
+never raise into the debugger, and step aside when ``HOOKSCOPE_TENSOR_VIEW=0``
+(the extension's ``hookscope.tensorPresentation`` setting).
+"""
+
+import os
+import sys
+
+from _pydevd_bundle.pydevd_extension_api import StrPresentationProvider, TypeResolveProvider
+
+__all__ = ["HookscopeTensorStr", "HookscopeTensorResolver"]
+
+_tensor_repr = None
+_import_failed = False
+
+
+def _enabled():
+    return os.environ.get("HOOKSCOPE_TENSOR_VIEW", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _repr_module():
+    """``hookscope.tensor_repr``, imported once torch is there; None when it cannot be."""
+    global _tensor_repr, _import_failed
+    if _tensor_repr is None and not _import_failed:
+        try:
+            try:
+                import hookscope_boot
+            except ImportError:  # the bootstrap folder is not on sys.path (attach by path): find it
+                here = os.path.dirname(os.path.abspath(__file__))
+                sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(here))))
+                import hookscope_boot
+            hookscope_boot._ensure_hookscope_importable()
+            from hookscope import tensor_repr
+
+            _tensor_repr = tensor_repr
+        except Exception:
+            _import_failed = True  # debugpy's default presentation stays
+    return _tensor_repr
+
+
+def _kind(type_object):
+    """'tensor', 'module' or None, without importing torch."""
+    torch = sys.modules.get("torch")
+    if torch is None or not _enabled():
+        return None
+    try:
+        if issubclass(type_object, torch.Tensor):
+            return "tensor"
+        nn = getattr(torch, "nn", None)
+        if nn is not None and issubclass(type_object, nn.Module):
+            return "module"
+    except Exception:
+        return None
+    return None
+
+
+class HookscopeTensorStr(StrPresentationProvider):
+    """The one-line text of tensors and modules."""
+
+    def can_provide(self, type_object, type_name):
+        return _kind(type_object) is not None and _repr_module() is not None
+
+    def get_str(self, val):
+        try:
+            tr = _repr_module()
+            if _kind(type(val)) == "module":
+                return tr.module_line(val)
+            return tr.tensor_line(val)
+        except Exception:
+            return "<%s>" % (type(val).__name__,)
+
+
+class HookscopeTensorResolver(TypeResolveProvider):
+    """What expanding a tensor shows: metadata, grad, grad_fn, a few slices; never the whole data."""
+
+    def can_provide(self, type_object, type_name):
+        return _kind(type_object) == "tensor" and _repr_module() is not None
+
+    def _children(self, obj):
+        try:
+            return _repr_module().tensor_children(obj)
+        except Exception as exc:
+            return [("error", "<%s>" % (type(exc).__name__,), None)]
+
+    def get_contents_debug_adapter_protocol(self, obj, fmt=None):
+        return self._children(obj)
+
+    def get_dictionary(self, obj):
+        return {name: value for name, value, _ in self._children(obj)}
+
+    def resolve(self, var, attribute):
+        for name, value, _ in self._children(var):
+            if name == attribute:
+                return value
+        return None
