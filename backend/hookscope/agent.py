@@ -45,8 +45,12 @@ QUEUE_LIMIT = 4096
 """Droppable events waiting to be sent; more are dropped and counted."""
 ESSENTIAL_LIMIT = 65536
 """Replies, hits and model events are kept beyond QUEUE_LIMIT, up to this many."""
-OUT_BUFFER_LIMIT = 64 * 1024 * 1024
-"""Encoded bytes waiting for the socket; past this the queue is not drained (and so drops)."""
+OUT_BUFFER_LIMIT = 256 * 1024
+"""Encoded bytes waiting for the socket; past this the queue is not drained (and so drops).
+Small, so that a hit or a stats event waits behind little already-encoded data on a slow editor
+(a single larger message, a rendered image, still goes out whole)."""
+SEND_BUFFER_BYTES = 64 * 1024
+"""SO_SNDBUF of the connection (the kernel doubles it)."""
 PROBE_AFTER_S = 0.75
 """Silence after which the agent pings the editor."""
 SILENCE_LIMIT_S = 2.0
@@ -80,10 +84,20 @@ def _default_engine_factory(emit: Callable[[dict], None]) -> EngineLike:
 
 
 class OutgoingQueue:
-    """Bounded, thread-safe queue of outgoing messages: ``put`` never blocks, it drops and counts."""
+    """Bounded, thread-safe queue of outgoing messages: ``put`` never blocks, it drops and counts.
+
+    Essential messages (replies, hits, model events, stats) wait in their own lane, so that
+    ``take_urgent`` can send them ahead of thousands of droppable summaries queued for a slow
+    editor; ``take`` keeps the overall order.
+    """
 
     def __init__(self, limit: int = QUEUE_LIMIT, essential_limit: int = ESSENTIAL_LIMIT) -> None:
         self._items: collections.deque[dict] = collections.deque()
+        """Droppable messages, oldest first."""
+        self._essential: collections.deque[dict] = collections.deque()
+        self._order: dict[int, int] = {}
+        """id(message) -> sequence number, for ``take``'s overall order."""
+        self._seq = 0
         self._lock = threading.Lock()
         self._limit = limit
         self._essential_limit = essential_limit
@@ -92,23 +106,43 @@ class OutgoingQueue:
     def put(self, message: dict) -> bool:
         essential = message.get("type") in ESSENTIAL_TYPES
         with self._lock:
-            size = len(self._items)
+            size = len(self._items) + len(self._essential)
             if size >= self._essential_limit or (size >= self._limit and not essential):
                 self.dropped += 1
                 return False
-            self._items.append(message)
+            self._seq += 1
+            self._order[id(message)] = self._seq
+            (self._essential if essential else self._items).append(message)
             return True
 
     def take(self) -> dict | None:
+        """The oldest message of either lane."""
         with self._lock:
-            return self._items.popleft() if self._items else None
+            if self._essential and (not self._items or self._order[id(self._essential[0])]
+                                    < self._order[id(self._items[0])]):
+                return self._pop(self._essential)
+            return self._pop(self._items) if self._items else None
+
+    def take_urgent(self) -> dict | None:
+        """The oldest essential message, else the oldest droppable one."""
+        with self._lock:
+            if self._essential:
+                return self._pop(self._essential)
+            return self._pop(self._items) if self._items else None
+
+    def _pop(self, lane: collections.deque[dict]) -> dict:
+        message = lane.popleft()
+        self._order.pop(id(message), None)
+        return message
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._essential.clear()
+            self._order.clear()
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._items) + len(self._essential)
 
 
 class Agent:
@@ -141,6 +175,8 @@ class Agent:
         self._next_ping_id = 1
         self._editor_answers_pings = False
         self._last_rx = 0.0
+        self._last_tx_progress = 0.0
+        """When the socket last accepted bytes from us (a slow editor still reads)."""
         self._pinged_at: float | None = None
         self._last_stats_dropped = 0
         self._models: dict[str, Any] = {}
@@ -272,6 +308,9 @@ class Agent:
 
     def _serve(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A modest kernel buffer: what is queued for a slow editor waits in our queue, where
+        # essential messages overtake summaries, not in the kernel, where nothing can.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         sock.settimeout(2.0)
         sock.sendall(codec.frame(self._hello()))
         sock.setblocking(False)
@@ -280,6 +319,7 @@ class Agent:
         self._editor_answers_pings = False
         self._pinged_at = None
         self._last_rx = time.monotonic()
+        self._last_tx_progress = 0.0
         log.info("connected to the editor at %s:%s", self.host, self.port)
         self._open_engine()
         reader = codec.FrameReader()
@@ -521,7 +561,7 @@ class Agent:
     # -- sending -------------------------------------------------------------------
     def _fill_out_buffer(self) -> None:
         while len(self._out) < OUT_BUFFER_LIMIT:
-            message = self.queue.take()
+            message = self.queue.take_urgent()
             if message is None:
                 return
             try:
@@ -538,6 +578,8 @@ class Agent:
             sent = sock.send(self._out)
         except (BlockingIOError, InterruptedError):
             return
+        if sent:
+            self._last_tx_progress = time.monotonic()
         del self._out[:sent]
 
     def _send_now(self, message: dict) -> None:
@@ -595,8 +637,10 @@ class Agent:
             ping_id, self._next_ping_id = self._next_ping_id, self._next_ping_id + 1
             self.queue.put({"type": "heartbeat", "id": ping_id})
         # Only an editor that has answered our pings is expected to answer them; an older
-        # one is taken for gone only when its socket closes.
-        return not (self._editor_answers_pings and silent >= SILENCE_LIMIT_S)
+        # one is taken for gone only when its socket closes. An editor that still takes our
+        # bytes is alive though slow: its answer may sit behind what it has yet to read.
+        reading = now - self._last_tx_progress < SILENCE_LIMIT_S
+        return not (self._editor_answers_pings and silent >= SILENCE_LIMIT_S and not reading)
 
 
 # ---------------------------------------------------------------------------
