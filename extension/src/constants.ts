@@ -25,6 +25,8 @@ export const Commands = {
   removeAllInterventions: 'hookscope.removeAllInterventions',
   installBackend: 'hookscope.installBackend',
   showLog: 'hookscope.showLog',
+  showInHookscope: 'hookscope.showInHookscope',
+  showExpressionInHookscope: 'hookscope.showExpressionInHookscope',
 } as const;
 
 export const Views = {
@@ -41,6 +43,7 @@ export const Settings = {
   breakOnNonFinite: 'breakOnNonFinite',
   traceFile: 'traceFile',
   diagnostics: 'diagnostics',
+  tensorPresentation: 'tensorPresentation',
 } as const;
 
 export const ContextKeys = {

@@ -8,12 +8,13 @@ import { LayerBreakpointsView } from './breakpoints/treeView';
 import { registerCommands } from './commands';
 import { ExtensionLog } from './common/log';
 import { affects, breakOnNonFiniteSetting, summaryRateHz, traceFileSetting } from './common/settings';
-import { ContextKeys, DEBUG_TYPE, PYTHON_DEBUG_TYPES, Settings, Views } from './constants';
+import { Commands, ContextKeys, DEBUG_TYPE, PYTHON_DEBUG_TYPES, Settings, Views } from './constants';
 import { HookscopeAdapterFactory, HookscopeConfigurationProvider } from './debug/configurationProvider';
 import { PythonEnvironment } from './debug/python';
 import { DebugSessionTracker } from './debug/tracker';
 import { LayersView } from './views/layersTree';
 import { PanelController } from './views/panelController';
+import { InspectController } from './views/inspectController';
 import { HookscopeStatusBar } from './views/statusBar';
 import { TensorsViewProvider } from './views/tensorsView';
 
@@ -45,6 +46,20 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const statusBar = push(new HookscopeStatusBar(hub));
 
   for (const d of registerCommands({ hub, breakpoints, layers, panel, tensors, python, log })) push(d);
+
+  // "Show in Hookscope": a tensor of any paused frame in the Tensors panel.
+  const inspect = push(new InspectController(hub, tracker, tensors, log));
+  tensors.setInspectHandler((m) => inspect.onWebviewMessage(m));
+  const inspectCommand = (id: string, fn: (arg: unknown) => Promise<void>) => push(vscode.commands.registerCommand(id, async (arg: unknown) => {
+    try {
+      await fn(arg);
+    } catch (err) {
+      log.error(`${id} failed: ${(err as Error).stack ?? err}`);
+      void vscode.window.showErrorMessage(`Hookscope: ${(err as Error).message}`);
+    }
+  }));
+  inspectCommand(Commands.showInHookscope, (arg) => inspect.showVariable(arg));
+  inspectCommand(Commands.showExpressionInHookscope, () => inspect.showExpression());
 
   // Break on NaN/Inf: the setting is the source of truth (status bar, view title and panel flip it).
   const applyBreakOnNonFinite = () => {

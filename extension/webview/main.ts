@@ -11,9 +11,11 @@ import type { FromWebview, PanelView, ToWebview, VisualKind } from '../src/proto
 import { formatNonFinite, formatNumber, formatPercent, formatShape, hasNonFinite, parseChannels } from './format';
 import { histOf, histogramBars } from './histogram';
 import { channelAt, initialUiState, pageCount, renderOptions, uiReducer, type UiAction, type UiState } from './state';
+import { isInspectToWebview, type InspectFromWebview, type InspectToWebview } from '../src/views/inspectProtocol';
+import { InspectView } from './inspectView';
 
 interface VsCodeApi {
-  postMessage(message: FromWebview): void;
+  postMessage(message: FromWebview | InspectFromWebview): void;
   getState(): unknown;
   setState(state: unknown): void;
 }
@@ -37,6 +39,9 @@ let lastImage: { seq: number; meta: Record<string, unknown>; width: number; heig
 function post(message: FromWebview): void {
   vscode.postMessage(message);
 }
+
+/** "Show in Hookscope": a tensor from any paused frame (inspectView.ts). */
+const inspectView = new InspectView((message) => vscode.postMessage(message));
 
 function dispatch(action: UiAction, rerender = true): void {
   ui = uiReducer(ui, action);
@@ -78,6 +83,7 @@ function buildLayout(): void {
       el('div', { class: 'paused-reason', 'data-testid': 'panel-paused-reason' }),
       el('button', { class: 'toggle', 'data-testid': 'break-nonfinite', title: 'Pause at the first layer that produces NaN/Inf' })),
     el('section', { class: 'notices', 'data-testid': 'notices' }),
+    inspectView.element,
     el('section', { class: 'tensors' },
       el('table', { class: 'tensor-table', 'data-testid': 'tensor-table' },
         el('thead', {}, el('tr', {}, ...['tensor', 'shape', 'dtype', 'device', 'mean', 'std', 'min', 'max', 'NaN/Inf', 'zeros', 'norm', 'histogram']
@@ -338,7 +344,11 @@ function formatMeta(meta: Record<string, unknown>): string {
   return parts.join(' · ');
 }
 
-window.addEventListener('message', (event: MessageEvent<ToWebview>) => {
+window.addEventListener('message', (event: MessageEvent<ToWebview | InspectToWebview>) => {
+  if (isInspectToWebview(event.data)) {
+    inspectView.handle(event.data);
+    return;
+  }
   const msg = event.data;
   switch (msg.type) {
     case 'view': {

@@ -82,6 +82,7 @@ export class HookscopeConfigurationProvider implements vscode.DebugConfiguration
         inheritedPythonPath: process.env.PYTHONPATH,
         pathSeparator: process.platform === 'win32' ? ';' : ':',
         sessionKey: ticket.key,
+        tensorPresentation: vscode.workspace.getConfiguration('hookscope').get<boolean>('tensorPresentation', true),
       });
       // Hookscope's own type runs the adapter with this interpreter; debugpy launches the program with it too.
       if (config.type === DEBUG_TYPE && !configuredPython(launch)) injected.python = python;

@@ -32,6 +32,8 @@ export interface InjectionParams {
   pathSeparator: string;
   /** Our key for this session, stored in the configuration to find it again when it starts. */
   sessionKey: string;
+  /** `hookscope.tensorPresentation`: tensors as one summary line in the debugger's views (HOOKSCOPE_TENSOR_VIEW). */
+  tensorPresentation?: boolean;
 }
 
 /** Configuration property carrying Hookscope's session key (ignored by debugpy). */
@@ -59,6 +61,7 @@ export function injectHookscope<T extends PythonLaunchConfig>(config: T, params:
     ...params.env,
     PYTHONPATH: prependPath(params.bootstrapDir, userPythonPath, params.pathSeparator),
   };
+  if (params.tensorPresentation !== undefined) env.HOOKSCOPE_TENSOR_VIEW = params.tensorPresentation ? '1' : '0';
   return {
     ...config,
     env,

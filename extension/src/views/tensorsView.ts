@@ -7,6 +7,7 @@ import * as vscode from 'vscode';
 import type { ExtensionLog } from '../common/log';
 import { Commands, Views } from '../constants';
 import type { FromWebview, ToWebview } from '../protocol/webview';
+import { isInspectFromWebview, type InspectFromWebview, type InspectToWebview } from './inspectProtocol';
 import type { PanelController } from './panelController';
 
 /** Live updates reach the webview at most this often (people cannot read faster). */
@@ -19,6 +20,8 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
   private postTimer: NodeJS.Timeout | undefined;
   private lastPost = 0;
   private readonly disposables: vscode.Disposable[] = [];
+  /** Receives the "Inspect" section's requests (inspectController.ts). */
+  private inspectHandler: ((message: InspectFromWebview) => Promise<void>) | undefined;
 
   constructor(
     private readonly extensionUri: vscode.Uri,
@@ -36,7 +39,7 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     view.webview.options = { enableScripts: true, localResourceRoots: [dist] };
     view.webview.html = this.html(view.webview, dist);
     this.disposables.push(
-      view.webview.onDidReceiveMessage((m: FromWebview) => void this.onMessage(m)),
+      view.webview.onDidReceiveMessage((m: FromWebview | InspectFromWebview) => void this.onMessage(m)),
       view.onDidDispose(() => {
         if (this.view === view) this.view = undefined;
       }),
@@ -97,12 +100,26 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     void this.post({ type: 'view', view: this.panel.view });
   }
 
-  private post(message: ToWebview): Thenable<boolean> {
+  private post(message: ToWebview | InspectToWebview): Thenable<boolean> {
     return this.view ? this.view.webview.postMessage(message) : Promise.resolve(false);
   }
 
-  private async onMessage(message: FromWebview): Promise<void> {
+  setInspectHandler(handler: (message: InspectFromWebview) => Promise<void>): void {
+    this.inspectHandler = handler;
+  }
+
+  /** A message for the "Inspect" section (dropped while the view is not loaded: "Show" reveals it first). */
+  async postInspect(message: InspectToWebview): Promise<boolean> {
+    for (let waited = 0; !this.ready && waited < 5000; waited += 50) await new Promise((r) => setTimeout(r, 50));
+    return this.post(message);
+  }
+
+  private async onMessage(message: FromWebview | InspectFromWebview): Promise<void> {
     try {
+      if (isInspectFromWebview(message)) {
+        await this.inspectHandler?.(message);
+        return;
+      }
       switch (message.type) {
         case 'ready':
           this.ready = true;
