@@ -305,7 +305,9 @@ def describe(model_id: str, root: Any, name: str | None = None) -> dict[str, Any
     """The ``ModelTree`` map of ``root``: every named module with class, params and source line."""
     named = list(root.named_modules())
     by_name = dict(named)
-    compiled_prefixes = [n for n, m in named if type(m).__name__ == "OptimizedModule"]
+    # torch.compile(m) wraps m in an OptimizedModule; m.compile() compiles m's own call in place.
+    compiled_prefixes = [n for n, m in named if type(m).__name__ == "OptimizedModule"
+                         or getattr(m, "_compiled_call_impl", None) is not None]
     modules: list[dict[str, Any]] = []
     for qname, module in named:
         direct = sum(_numel(p) for p in module.parameters(recurse=False))

@@ -142,7 +142,33 @@ class Engine:
         for entry in resolved:
             if entry.get("error"):
                 self._notice("warning", entry["error"], "breakpointUnresolved")
+        self._warn_if_compiled([layer for entry in resolved for layer in entry.get("layers") or []])
         return {"resolved": resolved}
+
+    def _warn_if_compiled(self, layers: list[str]) -> None:
+        """Hooks inside a torch.compile'd module do not fire (dynamo does not guard on hooks added
+        later): say so instead of failing silently, with the opt-in that makes them fire."""
+        compiled: list[str] = []
+        with self._lock:
+            for index in self._indexes.values():
+                model = index.model
+                if model is None:
+                    continue
+                # torch.compile(m) wraps m: the wrapper's own hooks fire, those below it do not.
+                # m.compile() compiles m's own call: its hooks and those below it do not.
+                wrapped = [n for n, m in model.named_modules() if type(m).__name__ == "OptimizedModule"]
+                in_place = [n for n, m in model.named_modules() if getattr(m, "_compiled_call_impl", None)]
+                for layer in layers:
+                    below = any(r == "" and layer != "" or layer.startswith(r + ".") for r in wrapped)
+                    at_or_below = any(r == "" or layer == r or layer.startswith(r + ".") for r in in_place)
+                    if below or at_or_below:
+                        compiled.append(layer)
+        if compiled and not _compile_forced_eager():
+            names = ", ".join(sorted(set(compiled))[:5])
+            self._notice("warning", f"{names} run inside a torch.compile'd module: layer hooks there do not "
+                         "fire (only the compiled root's own hooks do). To debug them, run compiled code "
+                         "eagerly: torch.compiler.set_stance('force_eager') in the debug console "
+                         "(set_stance('default') to go back).", "compiled")
 
     def set_breakpoints(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Python API: like the request, but specs may carry a ``callback``."""
@@ -648,6 +674,16 @@ class Engine:
 
 
 # ---------------------------------------------------------------------- free helpers
+
+def _compile_forced_eager() -> bool:
+    """Whether torch.compile'd code currently runs eagerly (``torch.compiler.set_stance('force_eager')``)."""
+    try:
+        from torch._dynamo import eval_frame
+
+        return getattr(getattr(eval_frame, "_stance", None), "stance", "default") == "force_eager"
+    except Exception:
+        return False
+
 
 def summaries_first_tensor(value: Any) -> torch.Tensor | None:
     for _, tensor in summaries.iter_tensors(value, ""):
