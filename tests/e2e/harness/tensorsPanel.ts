@@ -73,22 +73,29 @@ export class TensorsPanel {
 
   /** Waits for a summary row whose path matches, optionally satisfying `check`. */
   async waitForRow(pathPattern: RegExp, check: (row: TensorRow) => boolean = () => true, options: WaitOptions = {}): Promise<TensorRow> {
-    return waitFor(`a Tensors panel row ${pathPattern}`, async () => (await this.rows()).find((r) => pathPattern.test(r.path) && check(r)), {
-      timeoutMs: 60_000,
-      ...options,
-    });
+    try {
+      return await waitFor(`a Tensors panel row ${pathPattern}`, async () => {
+        this.frame = undefined; // the webview is re-created when its view is hidden and shown again
+        return (await this.rows()).find((r) => pathPattern.test(r.path) && check(r));
+      }, { timeoutMs: 60_000, ...options });
+    } catch (error) {
+      const seen = (await this.rows().catch(() => [])).map((r) => `${r.path}: ${JSON.stringify(r.cells)}`).join('\n    ');
+      throw new Error(`${(error as Error).message}\n  rows shown:\n    ${seen || '(none)'}`);
+    }
   }
 
-  /** Picks a visual (featureMap, gradientFlow, …) and waits for a freshly rendered image of it. */
+  /** Picks a visual (featureMap, gradientFlow, …) and waits until the image shows it (rendered for the current pause). */
   async showVisual(visual: string, options: WaitOptions = {}): Promise<ImageStats & { visual: string | null }> {
     const frame = await this.getFrame();
     const image = frame.locator('[data-testid=render-image]');
-    const previous = await image.getAttribute('src');
-    await frame.locator('[data-testid=visual-select]').selectOption(visual);
+    const select = frame.locator('[data-testid=visual-select]');
+    // The panel renders the selected visual by itself when it pauses; pick another only if needed.
+    if ((await select.inputValue()) !== visual) await select.selectOption(visual);
     await waitFor(`a rendered ${visual} image`, async () => {
       const error = await this.text('render-error');
       if (error) throw new Error(`render error: ${error}`);
-      return (await image.getAttribute('data-visual')) === visual && (await image.getAttribute('src')) !== previous;
+      const src = (await image.getAttribute('src')) ?? '';
+      return (await image.getAttribute('data-visual')) === visual && src.startsWith('data:image/');
     }, { timeoutMs: 60_000, ...options });
     return { ...(await imageStats(frame, '[data-testid=render-image]')), visual: await image.getAttribute('data-visual') };
   }

@@ -202,6 +202,18 @@ export class Workbench {
     return seen;
   }
 
+  /** Drags the sash on the primary side bar's right edge so the side bar is `width` pixels wide. */
+  async setSideBarWidth(width: number): Promise<void> {
+    const box = await this.page.locator('[id="workbench.parts.sidebar"]').boundingBox();
+    if (!box) return;
+    const y = box.y + box.height / 2;
+    await this.page.mouse.move(box.x + box.width + 1, y);
+    await this.page.mouse.down();
+    await this.page.mouse.move(box.x + width, y, { steps: 8 });
+    await this.page.mouse.up();
+    await this.page.mouse.move(0, 0);
+  }
+
   /** Collapses an expanded view pane (to make room for others). */
   async collapseView(viewTitle: string): Promise<void> {
     const header = this.viewPane(viewTitle).locator('.pane-header').first();
