@@ -17,7 +17,7 @@ from torch import nn
 from hookscope import discovery
 from hookscope.engine import Engine
 
-from conftest import hook_count
+from reliability_support import hook_count
 
 
 class Net(nn.Module):

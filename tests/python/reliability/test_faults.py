@@ -25,7 +25,7 @@ from hookscope import codec, protocol
 from hookscope.agent import SILENCE_LIMIT_S
 from hookscope.engine import Engine
 
-from conftest import (SmallNet, assert_same_training, batches, global_hook_count, hook_count, params_of,
+from reliability_support import (SmallNet, assert_same_training, batches, global_hook_count, hook_count, params_of,
                       train, wait_until)
 
 STEPS = 24

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hookscope import codec, protocol
+from reliability_support import SmallNet, hook_count
 
 BUDGET = settings(max_examples=400, deadline=None, derandomize=True,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -132,7 +133,6 @@ def test_frame_reader_random_stream(chunks, header):
 def test_requests_to_a_live_agent_each_get_one_reply(link, live_agent):
     """Protocol-shaped requests (fields of random types) against a real engine: one reply each,
     no exception escapes the message loop, the connection survives all of them."""
-    from conftest import SmallNet
 
     model = SmallNet()
     a = live_agent(link, model)
@@ -161,6 +161,5 @@ def test_requests_to_a_live_agent_each_get_one_reply(link, live_agent):
     assert a.connections == 1
     # Whatever was requested, shutting down leaves no hook behind.
     conn.request("removeHooks")
-    from conftest import hook_count
 
     assert hook_count(model) == 0

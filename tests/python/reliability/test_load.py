@@ -21,7 +21,7 @@ from hookscope import agent as agent_mod
 from hookscope import codec, discovery, protocol
 from hookscope.agent import Agent, OutgoingQueue
 
-from conftest import hook_count, wait_until
+from reliability_support import hook_count, wait_until
 
 LAYERS = 1000
 QUEUE_LIMIT = 512

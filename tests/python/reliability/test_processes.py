@@ -20,7 +20,7 @@ import pytest
 
 from hookscope import bootstrap
 
-from conftest import ROOT, subprocess_env, wait_until
+from reliability_support import ROOT, subprocess_env, wait_until
 
 CHILDREN_SCRIPT = textwrap.dedent('''
     import multiprocessing as mp, subprocess, sys

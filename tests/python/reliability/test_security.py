@@ -21,7 +21,7 @@ from hookscope import codec, protocol
 from hookscope.agent import Agent
 from hookscope.editor_link import EditorLink
 
-from conftest import SmallNet, wait_until
+from reliability_support import SmallNet, wait_until
 
 
 def _connect(link: EditorLink) -> socket.socket:
