@@ -2,6 +2,9 @@
 
 * hook -> ``hit`` frame arriving at the editor's socket reader (p50/p95), with a
   layer breakpoint whose action is "log" (no debugger to pause);
+* a panel update: hook -> ``summaries`` frame -> the editor's ``render`` request
+  for a feature-map grid -> the PNG at the editor (p50/p95; target <= 150 ms),
+  on the CNN of examples/ while it trains;
 * summaries per second and MB/s streamed through the protocol for a
   1000-layer model watched at an unlimited rate.
 """
@@ -16,11 +19,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backend"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "backend"))
+sys.path.insert(0, str(ROOT / "examples"))
 
 import hookscope  # noqa: E402
 from hookscope import codec  # noqa: E402
 from hookscope.editor_link import EditorLink  # noqa: E402
+
+from cnn import SmallCNN, make_batch  # noqa: E402
+
+PANEL_TARGET_MS = 150.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -35,11 +44,12 @@ def main() -> None:
 
     small = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
     stack = nn.Sequential(*[nn.Linear(8, 8) for _ in range(1000)])
+    cnn = SmallCNN()
     models = {}
-    while len(models) < 2:
+    while len(models) < 3:
         model = conn.wait_event("modelAdded", timeout=30)["model"]
         models[len(model["modules"])] = model["id"]
-    small_id, stack_id = models[4], models[1001]
+    stack_id, cnn_id = models[1001], models[len(list(cnn.modules()))]
 
     fired: list[float] = []
     small[2].register_forward_pre_hook(lambda *_: fired.append(time.perf_counter()))
@@ -54,6 +64,8 @@ def main() -> None:
     conn.request("setBreakpoints", breakpoints=[])
     print(f"hook -> hit frame at the editor: p50 {statistics.median(latencies):.2f} ms, "
           f"p95 {percentile(latencies, 0.95):.2f} ms (200 hits)")
+
+    panel_update_latency(conn, cnn, cnn_id)
 
     layers = [str(i) for i in range(1000)]
     conn.request("watch", model=stack_id, layers=layers, rateHz=1e6)
@@ -76,8 +88,33 @@ def main() -> None:
     conn.request("watch", model=stack_id, layers=[])
     print(f"summaries streamed: {len(frames) / elapsed:.0f} frames/s ({tensors / elapsed:.0f} tensor "
           f"summaries/s), {size / elapsed / 1e6:.2f} MB/s over {elapsed:.1f} s")
-    del small_id
     link.close()
+
+
+def panel_update_latency(conn, cnn: SmallCNN, cnn_id: str, steps: int = 60) -> None:
+    """What the Tensors panel does while a watched conv layer trains: each summary frame is
+    followed by a feature-map render request; time from the hook to the PNG at the editor."""
+    fired: list[float] = []
+    cnn.conv1.register_forward_pre_hook(lambda *_: fired.append(time.perf_counter()))
+    conn.request("watch", model=cnn_id, layers=["conv1"], rateHz=1e6)
+    optimizer = torch.optim.SGD(cnn.parameters(), lr=0.02)
+    generator = torch.Generator().manual_seed(0)
+    latencies = []
+    for _ in range(steps):
+        images, labels = make_batch(generator)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(cnn(images), labels).backward()
+        optimizer.step()
+        conn.wait_event("summaries", lambda m: m.get("layer") == "conv1", timeout=10)
+        image = conn.request("render", view="featureMap", model=cnn_id, layer="conv1")
+        assert image["png"][:8] == b"\x89PNG\r\n\x1a\n"
+        latencies.append((time.perf_counter() - fired[-1]) * 1e3)
+    conn.request("watch", model=cnn_id, layers=[])
+    p95 = percentile(latencies, 0.95)
+    verdict = "meets" if p95 <= PANEL_TARGET_MS else "MISSES"
+    print(f"panel update, hook -> summaries -> feature-map PNG at the editor (examples/cnn.py conv1, "
+          f"{image['width']}x{image['height']} px): p50 {statistics.median(latencies):.1f} ms, "
+          f"p95 {p95:.1f} ms ({steps} steps; target <= {PANEL_TARGET_MS:.0f} ms at p95: {verdict})")
 
 
 if __name__ == "__main__":
