@@ -166,11 +166,14 @@ class Interventions:
 
 
 def _install(iv: _Active) -> RemovableHandle:
+    # Prepended: an intervention changes what the layer produces, so every observer
+    # registered before it (a layer breakpoint, a watch, the user's own hooks) must see
+    # the changed value, as it would if the layer's code had been edited.
     if iv.kind == "input_noise":
-        return iv.module.register_forward_pre_hook(_guarded(iv, _noise_inputs))
+        return iv.module.register_forward_pre_hook(_guarded(iv, _noise_inputs), prepend=True)
     if iv.kind == "zero_channels" and isinstance(iv.module, nn.MultiheadAttention):
-        return iv.module.register_forward_hook(_guarded(iv, _zero_heads), with_kwargs=True)
-    return iv.module.register_forward_hook(_guarded(iv, _edit_output))
+        return iv.module.register_forward_hook(_guarded(iv, _zero_heads), with_kwargs=True, prepend=True)
+    return iv.module.register_forward_hook(_guarded(iv, _edit_output), prepend=True)
 
 
 def _guarded(iv: _Active, fn: Any) -> Any:

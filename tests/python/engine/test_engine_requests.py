@@ -166,6 +166,24 @@ def test_interventions_are_routed_and_removed(setup):
     assert info.value.code == protocol.ERR_BAD_MESSAGE
 
 
+def test_breakpoints_and_watches_set_earlier_see_the_intervened_output(setup):
+    """An intervention acts like an edit of the layer: hooks registered before it see its result."""
+    model, engine, events = setup
+    req(engine, "watch", layers=["fc1"], rateHz=1000.0)
+    req(engine, "setBreakpoints", breakpoints=[{"id": "b", "layer": "fc1", "phases": ["forward"],
+                                                 "action": "log"}])
+    req(engine, "addIntervention", layer="fc1", kind="scale", value=0.0)
+    step(model)
+    hit = next(e for e in events if e["type"] == "hit")
+    watched = next(e for e in events if e["type"] == "summaries" and e["phase"] == "forward")
+    for tensors in (hit["summaries"], watched["tensors"]):
+        output = next(t for t in tensors if t["path"] == "output")
+        assert output["zeroFrac"] == 1.0 and output["max"] == 0.0
+    req(engine, "removeIntervention")
+    req(engine, "setBreakpoints", breakpoints=[])
+    req(engine, "watch", layers=[])
+
+
 def test_list_hooks_routes_to_the_inventory_or_says_not_available(setup):
     model, engine, _ = setup
     engine.set_breakpoints([{"id": "a", "layer": "fc2"}])
