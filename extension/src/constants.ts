@@ -27,6 +27,7 @@ export const Commands = {
   showLog: 'hookscope.showLog',
   showInHookscope: 'hookscope.showInHookscope',
   showExpressionInHookscope: 'hookscope.showExpressionInHookscope',
+  restartLanguageServer: 'hookscope.restartLanguageServer',
 } as const;
 
 export const Views = {

@@ -13,6 +13,7 @@ import { HookscopeAdapterFactory, HookscopeConfigurationProvider } from './debug
 import { PythonEnvironment } from './debug/python';
 import { DebugSessionTracker } from './debug/tracker';
 import { LayersView } from './views/layersTree';
+import { LanguageServerService } from './lsp/service';
 import { PanelController } from './views/panelController';
 import { InspectController } from './views/inspectController';
 import { HookscopeStatusBar } from './views/statusBar';
@@ -61,6 +62,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   inspectCommand(Commands.showInHookscope, (arg) => inspect.showVariable(arg));
   inspectCommand(Commands.showExpressionInHookscope, () => inspect.showExpression());
 
+  // Code lenses, hook-hygiene diagnostics and live hovers (hookscope.lsp, same interpreter as debug sessions).
+  const languageServer = push(new LanguageServerService(context, hub, python, log));
+  push(vscode.commands.registerCommand(Commands.restartLanguageServer, () => languageServer.restart()));
+  void languageServer.restart();
+
   // Break on NaN/Inf: the setting is the source of truth (status bar, view title and panel flip it).
   const applyBreakOnNonFinite = () => {
     const on = breakOnNonFiniteSetting();
@@ -74,7 +80,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   push(vscode.workspace.onDidChangeConfiguration((e) => {
     if (affects(e, Settings.breakOnNonFinite)) applyBreakOnNonFinite();
     if (affects(e, Settings.traceFile)) log.setTraceFile(traceFileSetting());
-    if (affects(e, Settings.pythonPath)) python.reset();
+    if (affects(e, Settings.pythonPath)) {
+      python.reset();
+      void languageServer.restart();
+    }
     if (affects(e, Settings.summaryRateHz)) void panel.updateWatches();
   }));
 

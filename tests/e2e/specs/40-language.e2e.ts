@@ -45,7 +45,9 @@ describe('language server: code lenses and diagnostics', function () {
     await workbench.goToLine(conv1Line);
     const lenses = await waitFor('code lenses on the layer lines', async () => {
       const texts = await workbench.page.locator('.monaco-editor .codelens-decoration').allInnerTexts();
-      return texts.some((t) => /Break on forward/.test(t)) && texts.some((t) => /Break on backward/.test(t)) ? texts : false;
+      // Lenses resolve lazily, a few lines at a time: wait until several layer lines have theirs.
+      const layerLines = texts.filter((t) => /Break on forward/.test(t) && /Break on backward/.test(t));
+      return layerLines.length >= 3 ? texts : false;
     }, { timeoutMs: 90_000 });
     assert.ok(lenses.filter((t) => /Break on forward/.test(t)).length >= 3, `lenses on several layer lines: ${lenses.join(' | ')}`);
     await workbench.screenshot('code-lenses');
