@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from ..analysis import DocumentAnalysis
 from ..analysis.hooks import TENSOR_HOOK_METHOD, HookRegistration
+from ..analysis.source import Span
 from .context import CalledInLoops, enclosing_function, enclosing_loop, is_per_step
 from .finding import Finding, Fix, TextEdit
 
@@ -58,7 +59,29 @@ def discarded_handles(
                 f"The handle returned by {method}() is discarded, so this hook can never be removed: it "
                 "stays on the module for the rest of the program. Keep it (handle = ...) and call "
                 "handle.remove() when you are done.",
+                fix=_keep_handle_fix(analysis, registration),
             )
+
+
+def _keep_handle_fix(analysis: DocumentAnalysis, registration: HookRegistration) -> Fix | None:
+    """``x.register_forward_hook(h)`` as a statement -> ``h_handle = x.register_forward_hook(h)``.
+
+    Safe: the hook runs exactly as before, and the handle now exists to be removed. Offered only
+    for a plain statement run once (in a loop, one variable would keep only the last handle).
+    """
+    statement = analysis.parent(registration.call)
+    if not isinstance(statement, ast.Expr) or analysis.tree is None:
+        return None
+    hook = registration.call.args[-1] if registration.call.args else None
+    base = f"{hook.id}_handle" if isinstance(hook, ast.Name) else "hook_handle"
+    taken = {n.id for n in ast.walk(analysis.tree) if isinstance(n, ast.Name)}
+    name, suffix = base, 2
+    while name in taken:
+        name, suffix = f"{base}{suffix}", suffix + 1
+    start = analysis.positions.span(statement)
+    insertion = Span(start.start_line, start.start_col, start.start_line, start.start_col)
+    return Fix(f"Keep the handle in '{name}' (to call {name}.remove() later)",
+               (TextEdit(insertion, f"{name} = "),), preferred=False)
 
 
 def _result_discarded(analysis: DocumentAnalysis, call: ast.Call) -> bool:
