@@ -9,6 +9,8 @@ const common = {
   bundle: true,
   sourcemap: !production,
   minify: production,
+  // Error and class names stay readable in logs and stack traces of the shipped bundle.
+  keepNames: true,
   logLevel: 'info',
 };
 
