@@ -46,10 +46,14 @@ export class Debugger {
     await waitFor('the debug session to end (debug toolbar gone)', async () => !(await this.visible('debug-stop')) && !(await this.visible('debug-disconnect')), { timeoutMs: 120_000, ...options });
   }
 
-  /** Clicks Continue on the debug toolbar and waits until it is no longer paused. */
-  async continue(): Promise<void> {
+  /**
+   * Clicks Continue on the debug toolbar and, unless `untilResumed` is false, waits until it is no
+   * longer paused. Pass false when the program may pause again at once (the next layer breakpoint
+   * in the same step): the resumed state can be too short to see; wait on the trace instead.
+   */
+  async continue(untilResumed = true): Promise<void> {
     await this.action('debug-continue').click();
-    await waitFor('the debugger to resume', async () => !(await this.isPaused()), { timeoutMs: 30_000 });
+    if (untilResumed) await waitFor('the debugger to resume', async () => !(await this.isPaused()), { timeoutMs: 30_000 });
   }
 
   /** Clicks Stop (or Disconnect) on the debug toolbar. */
@@ -70,6 +74,25 @@ export class Debugger {
   async callStack(): Promise<string[]> {
     await this.workbench.expandView('Call Stack');
     return this.workbench.treeRows('Call Stack');
+  }
+
+  /**
+   * The Call Stack once a row matches `pattern`. VS Code first shows the top frame and loads the
+   * rest a moment later (or offers "Load More Stack Frames", which is clicked here).
+   */
+  async waitForStackFrame(pattern: RegExp, options: WaitOptions = {}): Promise<string[]> {
+    let rows: string[] = [];
+    try {
+      return await waitFor(`a Call Stack frame matching ${pattern}`, async () => {
+        rows = await this.callStack();
+        if (rows.some((r) => pattern.test(r))) return rows;
+        const more = this.workbench.viewPane('Call Stack').locator('.monaco-list-row', { hasText: 'Load More Stack Frames' });
+        if ((await more.count()) > 0) await more.first().click().catch(() => undefined);
+        return false;
+      }, { timeoutMs: 30_000, ...options });
+    } catch (err) {
+      throw new Error(`${(err as Error).message}; the Call Stack shows: ${rows.join(' | ')}`);
+    }
   }
 
   /** Text of the Variables rows ("name: value", scopes expanded as VS Code expands them). */

@@ -87,8 +87,8 @@ describe('debugging the CNN example with a layer breakpoint', function () {
     await dbg.waitForPaused();
     assert.match(String(hit.reason), /conv2/);
 
-    const stack = await dbg.callStack();
-    assert.ok(stack.some((r) => /cnn\.py/.test(r)), `the Call Stack shows the user's frames: ${stack.join(' | ')}`);
+    const stack = await dbg.waitForStackFrame(/cnn\.py/);  // the user's frames, under the stop frame
+    assert.ok(stack.some((r) => /_stop_backward/.test(r)), `the stop frame is on top: ${stack.join(' | ')}`);
     const gradOutput = await dbg.waitForVariable(/^grad_output\b/);
     assert.match(gradOutput, /grad_output/);
     const layerVar = await dbg.waitForVariable(/^layer\b/);
@@ -121,10 +121,11 @@ describe('debugging the CNN example with a layer breakpoint', function () {
     const { workbench, trace } = session.run();
     const dbg = new Debugger(workbench);
     const next = trace.mark();
-    await dbg.continue();
+    await dbg.continue(false); // the next stop can follow within a poll: wait on the trace
     // The breakpoint still holds: the next step's backward pass stops in conv2 again.
     const hit = await trace.waitForEvent('the next hit in conv2', isEvent('hit', { layer: 'conv2', pausing: true }), { after: next, timeoutMs: 60_000 });
     assert.ok((hit.step as number) >= 1, `a later step: ${hit.step}`);
+    await trace.waitForEvent('the debugger stopped again', isEvent('dap.stopped'), { after: next, timeoutMs: 60_000 });
     await dbg.waitForPaused();
 
     await workbench.openFile('cnn.py');

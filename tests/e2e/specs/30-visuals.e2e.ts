@@ -29,8 +29,10 @@ describe('feature maps, gradient flow and interventions', function () {
     // Other layer breakpoints may pause first: continue past them (a few at most).
     for (let i = 0; i < 4; i++) {
       const after = trace.mark();
-      await dbg.continue();
+      await dbg.continue(false);
       const hit = await trace.waitForEvent('the next pausing hit', isEvent('hit', { pausing: true }), { after, timeoutMs: 60_000 });
+      // The debugger's own stop after that hit (so the paused state seen next is the new one).
+      await trace.waitForEvent('the debugger stopped', isEvent('dap.stopped'), { after, timeoutMs: 60_000 });
       await dbg.waitForPaused();
       if (hit.layer === layer && hit.phase === phase) return hit;
     }
