@@ -698,14 +698,21 @@ def start_from_env(origin: str) -> Agent | None:
     return agent
 
 
+def is_distributed_launcher(argv: list[str]) -> bool:
+    """Whether this command line is ``torchrun`` / ``python -m torch.distributed.run`` (or ``.launch``)."""
+    joined = " ".join(argv)
+    # Any position: under debugpy the command line is debugpy's launcher's, the program further on.
+    return ("torch.distributed.run" in joined or "torch.distributed.launch" in joined
+            or any(os.path.basename(arg) == "torchrun" for arg in argv))
+
+
 def skip_reason() -> str | None:
     """Why this process should not run an agent (None: it should)."""
     argv = " ".join(getattr(sys, "orig_argv", sys.argv))
     if "multiprocessing" in argv and ("spawn_main" in argv or "--multiprocessing-fork" in argv
                                       or "forkserver" in argv or "resource_tracker" in argv):
         return "multiprocessing worker"
-    if "torch.distributed.run" in argv or "torch.distributed.launch" in argv or \
-            os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun":
+    if is_distributed_launcher(getattr(sys, "orig_argv", sys.argv)) or is_distributed_launcher(sys.argv):
         return "distributed launcher (each rank gets its own agent)"
     mp = sys.modules.get("multiprocessing")
     if mp is not None:

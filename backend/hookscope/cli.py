@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from . import bootstrap, protocol
+from .agent import is_distributed_launcher
 from .dap_client import DapClient, DapError
+from .dap_sessions import DebugSessions
 from .editor_link import BackendConnection, EditorLink, RequestError
 from .report import SUMMARY_COLUMNS, Report, summary_cells
 
@@ -206,20 +208,22 @@ class Printer:
 
     def program_output(self, category: str, text: str) -> None:
         if self.as_json:
-            self.event("output", category=category, text=text)
+            self.event("output", category=category, output=text)
             return
         stream = self.err if category == "stderr" else self.out
         stream.write(text)
         stream.flush()
 
-    def hit(self, number: int, hit: dict[str, Any], model_name: str | None) -> None:
+    def hit(self, number: int, hit: dict[str, Any], model_name: str | None, pid: int | None = None,
+            rank: int | None = None, world_size: int | None = None) -> None:
         fields = {k: hit.get(k) for k in ("breakpoint", "model", "layer", "phase", "reason", "step",
                                          "origin", "summaries", "pausing")}
         if self.as_json:
-            self.event("hit", number=number, **fields)
+            self.event("hit", number=number, pid=pid, rank=rank, worldSize=world_size, **fields)
             return
         where = f"{model_name}.{hit['layer']}" if model_name and hit["layer"] else hit["layer"] or model_name
-        lines = [f"hookscope: hit {number} at {where}  [{hit['phase']}, step {hit['step']}]",
+        process = f", rank {rank} of {world_size}" if world_size and world_size > 1 else ""
+        lines = [f"hookscope: hit {number} at {where}  [{hit['phase']}, step {hit['step']}{process}]",
                  f"  reason: {hit['reason']}" + (f" ({hit['origin']})" if hit.get("origin") else "")]
         rows = [list(SUMMARY_COLUMNS)] + [summary_cells(s) for s in hit.get("summaries") or []]
         widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
@@ -252,7 +256,8 @@ class RunState:
     fired: set[str] = field(default_factory=set)
     """ids of the specs that produced a hit."""
     pending_hits: list[tuple[BackendConnection, dict, float]] = field(default_factory=list)
-    pending_stops: list[tuple[int, float]] = field(default_factory=list)
+    pending_stops: list[tuple[DapClient, int, float]] = field(default_factory=list)
+    """(session, thread id, when) of debugger stops not yet paired with a hit."""
     hits: int = 0
     exit_code: int | None = None
     stopped_at_hit: bool = False
@@ -276,6 +281,7 @@ class Runner:
         self.report = Report(args.report, [args.script, *args.args]) if args.report else None
         self.link: EditorLink | None = None
         self.dap: DapClient | None = None
+        self.sessions: DebugSessions | None = None
 
     # -- setup --------------------------------------------------------------
     def run(self) -> int:
@@ -283,7 +289,10 @@ class Runner:
         self.link.on_connect = lambda conn: self.events.put(("connect", conn, None))
         try:
             self.dap = DapClient.start_adapter()  # this interpreter has debugpy; the script may use another
-            self.dap.on_event = lambda event: self.events.put(("dap", event, None))
+            self.sessions = DebugSessions(
+                self.dap, on_event=lambda client, event: self.events.put(("dap", event, client)),
+                on_error=lambda text: self.printer.event("warning", f"hookscope: {text}", message=text),
+                timeout=self.args.timeout)
             self._launch()
             return self._loop()
         except (DapError, TimeoutError) as exc:
@@ -294,6 +303,8 @@ class Runner:
                 self.report.exit_code = self.state.exit_code
                 page = self.report.write()
                 self.printer.event("report", f"hookscope: report written to {page}", path=page)
+            if self.sessions is not None:
+                self.sessions.close()
             if self.dap is not None:
                 self.dap.close()
             self.link.close()
@@ -313,6 +324,18 @@ class Runner:
             "redirectOutput": True, "showReturnValue": False,
         })
         self.dap.wait_event("initialized", timeout=self.args.timeout)
+        if is_distributed_launcher([self.args.script, *self.args.args]):
+            # torchrun has no agent of its own: each rank connects once the launcher runs.
+            self.printer.event("notice", "hookscope: a distributed launcher: each rank connects when it "
+                               "starts", level="info", message="distributed launcher", code="launcher")
+        else:
+            self._wait_for_agent()
+        self.dap.request("setExceptionBreakpoints", {"filters": []})
+        self.dap.request("configurationDone")
+        launch.result(self.args.timeout)
+
+    def _wait_for_agent(self) -> None:
+        assert self.link is not None
         try:
             # The agent starts when debugpy loads in the program, before it runs:
             # breakpoints are in place before the first step.
@@ -321,9 +344,6 @@ class Runner:
         except TimeoutError:
             self.printer.event("warning", "hookscope: the Hookscope agent did not connect; running without "
                                "layer breakpoints", message="agent did not connect")
-        self.dap.request("setExceptionBreakpoints", {"filters": []})
-        self.dap.request("configurationDone")
-        launch.result(self.args.timeout)
 
     def _configure(self, conn: BackendConnection) -> None:
         if getattr(conn, "_hookscope_configured", False):
@@ -345,7 +365,7 @@ class Runner:
                 kind = "tick"
                 a = b = None
             if kind == "dap":
-                terminated = self._on_dap(a)
+                terminated = self._on_dap(a, b)
             elif kind == "hs":
                 self._on_backend(a, b)
             elif kind == "connect":
@@ -370,20 +390,22 @@ class Runner:
             if kind == "hs":
                 self._on_backend(a, b)
             elif kind == "dap":
-                self._on_dap(a)
+                self._on_dap(a, b)
 
-    def _on_dap(self, event: dict) -> bool:
+    def _on_dap(self, event: dict, client: DapClient) -> bool:
+        """Handle one debugger event; True when the run is over (the launched program's session ended)."""
         name, body = event.get("event"), event.get("body") or {}
+        root = client is self.dap
         if name == "output":
             category = body.get("category", "console")
             if category in ("stdout", "stderr"):
                 self.printer.program_output(category, body.get("output", ""))
         elif name == "stopped":
-            self.state.pending_stops.append((body.get("threadId"), time.monotonic()))
-        elif name == "exited":
+            self.state.pending_stops.append((client, body.get("threadId"), time.monotonic()))
+        elif name == "exited" and root:
             self.state.exit_code = int(body.get("exitCode", 0))
         elif name == "terminated":
-            return True
+            return root
         return False
 
     def _on_backend(self, conn: BackendConnection, message: dict) -> None:
@@ -401,7 +423,8 @@ class Runner:
             self.state.hits += 1
             self.state.fired.add(str(message.get("breakpoint")))
             tree = self.state.models.get((conn.pid, message.get("model")))
-            self.printer.hit(self.state.hits, message, tree["name"] if tree else None)
+            self.printer.hit(self.state.hits, message, tree["name"] if tree else None, conn.pid,
+                             conn.hello.get("rank"), conn.hello.get("worldSize"))
             if message.get("pausing"):
                 self.state.pending_hits.append((conn, message, time.monotonic()))
             else:
@@ -472,27 +495,43 @@ class Runner:
             self._terminate()
             return True
         now = time.monotonic()
-        while state.pending_hits and state.pending_stops:
-            conn, hit, _ = state.pending_hits.pop(0)
-            thread_id, _ = state.pending_stops.pop(0)
+        for entry in list(state.pending_hits):
+            conn, hit, _ = entry
+            stop = self._take_stop_of(conn.pid)
+            if stop is None:
+                continue
+            state.pending_hits.remove(entry)
+            client, thread_id, _ = stop
             self._record_hit(conn, hit)  # while paused: the layer's tensors are this hit's
             if self.args.stop_on_hit:
                 self._terminate()
                 return True
-            self._continue(thread_id)
-        for thread_id, since in list(state.pending_stops):
+            self._continue(client, thread_id)
+        for client, thread_id, since in list(state.pending_stops):
             if now - since > self.STOP_WITHOUT_HIT_S:
-                state.pending_stops.remove((thread_id, since))
+                state.pending_stops.remove((client, thread_id, since))
                 self.printer.event("notice", "hookscope: the debugger paused the program outside a Hookscope "
                                    "hit (a breakpoint in the code?); continuing", level="info",
                                    message="paused outside a Hookscope hit", code="foreignStop")
-                self._continue(thread_id)
+                self._continue(client, thread_id)
         for entry in list(state.pending_hits):
             if now - entry[2] > self.HIT_WITHOUT_STOP_S:
                 state.pending_hits.remove(entry)
                 self.printer.event("warning", "hookscope: a hit was announced but the debugger did not pause "
                                    "(justMyCode filtering the stop?)", message="hit without a stop")
         return False
+
+    def _take_stop_of(self, pid: int) -> tuple[DapClient, int, float] | None:
+        """The oldest unpaired debugger stop in process ``pid`` (DDP ranks pause one by one)."""
+        assert self.sessions is not None
+        stops = self.state.pending_stops
+        for stop in stops:
+            if self.sessions.pid_of(stop[0]) == pid:
+                stops.remove(stop)
+                return stop
+        if stops and not self.sessions.children and self.sessions.pid_of(stops[0][0]) is None:
+            return stops.pop(0)  # one process whose pid the debugger has not told yet
+        return None
 
     def _record_hit(self, conn: BackendConnection, hit: dict) -> None:
         if self.report is None:
@@ -508,15 +547,15 @@ class Runner:
                 self.printer.event("notice", None, level="info", message=f"no feature map: {exc}")
         self.report.add_hit(hit, image)
 
-    def _continue(self, thread_id: int) -> None:
-        assert self.dap is not None
+    def _continue(self, client: DapClient, thread_id: int) -> None:
         try:
-            self.dap.request("continue", {"threadId": thread_id}, timeout=30)
+            client.request("continue", {"threadId": thread_id}, timeout=30)
         except DapError:
             pass  # the program may have ended meanwhile
 
     def _terminate(self) -> None:
-        assert self.dap is not None
+        assert self.dap is not None and self.sessions is not None
+        self.sessions.disconnect_children(terminate=True)
         try:
             self.dap.request("disconnect", {"terminateDebuggee": True}, timeout=30)
         except (DapError, TimeoutError):

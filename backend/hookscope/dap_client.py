@@ -1,4 +1,4 @@
-"""A small Debug Adapter Protocol client over a debug adapter's stdio (``python -m debugpy.adapter``).
+"""A small Debug Adapter Protocol client over a debug adapter's stdio (``python -m debugpy.adapter``) or TCP.
 
 Messages are JSON with a ``Content-Length`` header. ``request`` sends a
 request and waits (with a deadline) for its response; ``send_request``
@@ -12,6 +12,7 @@ Used by ``hookscope run`` and by the integration tests.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -41,8 +42,9 @@ class Pending:
 class DapClient:
     """One DAP session with an adapter process (owned: ``close`` ends it)."""
 
-    def __init__(self, reader: IO[bytes], writer: IO[bytes], process: subprocess.Popen | None = None) -> None:
-        self._reader, self._writer, self.process = reader, writer, process
+    def __init__(self, reader: IO[bytes], writer: IO[bytes], process: subprocess.Popen | None = None,
+                 sock: socket.socket | None = None) -> None:
+        self._reader, self._writer, self.process, self._sock = reader, writer, process, sock
         self._seq = 0
         self._write_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -71,6 +73,13 @@ class DapClient:
                                    stderr=stderr, env=env)
         assert process.stdin is not None and process.stdout is not None
         return cls(process.stdout, process.stdin, process)
+
+    @classmethod
+    def connect(cls, host: str, port: int, timeout: float = 30.0) -> "DapClient":
+        """A session over TCP: the adapter's port for a subprocess (``debugpyAttach``) or a ``--listen``."""
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.settimeout(None)
+        return cls(sock.makefile("rb"), sock.makefile("wb"), sock=sock)
 
     # -- sending -----------------------------------------------------------
     def send_request(self, command: str, arguments: dict | None = None) -> Pending:
@@ -227,11 +236,17 @@ class DapClient:
         return str(self.request("evaluate", arguments, timeout)["result"])
 
     def close(self, timeout: float = 10.0) -> None:
-        """Close the adapter's stdin and wait for it to end (killing it at the deadline)."""
+        """Close the adapter's stdin (or the socket) and wait for it to end (killing it at the deadline)."""
         try:
             self._writer.close()
         except OSError:
             pass
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._sock.close()
         if self.process is not None:
             try:
                 self.process.wait(timeout)

@@ -8,7 +8,7 @@ import * as vscode from 'vscode';
 import type { BackendHub, ProcessState } from '../backend/hub';
 import type { HitMessage } from '../protocol/messages.gen';
 import type { ExtensionLog } from '../common/log';
-import { PYTHON_DEBUG_TYPES } from '../constants';
+import { DEBUG_TYPE, PYTHON_DEBUG_TYPES } from '../constants';
 import { ATTACH_PROPERTY, type AttachInjection } from './configurationProvider';
 import { SESSION_KEY_PROPERTY } from './launchEnv';
 
@@ -72,7 +72,7 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
         // The user pressed Continue/Step: the paused process runs again (debugpy may not send `continued`).
         if (message.type === 'request' && RESUMING_REQUESTS.has(message.command ?? '')) {
           this.recentHits.delete(key);
-          this.resumeProcesses(key);
+          this.resumeProcesses(key, session);
         }
       },
       onExit: (code, signal) => this.log.debug(`debug adapter of "${session.name}" exited (${code ?? signal})`),
@@ -104,8 +104,14 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
       }
       case 'continued':
         this.log.event('dap.continued', { session: key });
-        this.resumeProcesses(key);
+        this.resumeProcesses(key, session);
         this.continuedEmitter.fire(session);
+        return;
+      case 'debugpyAttach':
+        // debugpy follows a subprocess (a DDP rank under torchrun, a child script) and asks the
+        // client to attach to it; the Python extension does that for its own types, so this is
+        // only for Hookscope's type. Until someone attaches, the child waits.
+        if (session.type === DEBUG_TYPE) void this.attachToSubprocess(session, message.body ?? {});
         return;
       case 'terminated':
       case 'exited':
@@ -114,9 +120,27 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
     }
   }
 
-  /** DAP `continue` resumes every thread: Hookscope's processes in that session are no longer paused. */
-  private resumeProcesses(key: string): void {
-    for (const p of this.hub.processesOfSession(key)) this.hub.markResumed(p);
+  /**
+   * DAP `continue` resumes every thread of one debugged process: a subprocess's own session resumes
+   * that process only; the launched program's session resumes the processes it owns directly.
+   */
+  private resumeProcesses(key: string, session?: vscode.DebugSession): void {
+    const pid = session?.configuration.subProcessId;
+    for (const p of this.hub.processesOfSession(key)) {
+      if (typeof pid !== 'number' || p.pid === pid) this.hub.markResumed(p);
+    }
+  }
+
+  /** Opens the child debug session debugpy asked for, inside the parent's (one Stop ends both). */
+  private async attachToSubprocess(parent: vscode.DebugSession, config: Record<string, unknown>): Promise<void> {
+    const name = `${parent.name} (subprocess ${String(config.subProcessId ?? '?')})`;
+    const started = await vscode.debug.startDebugging(
+      parent.workspaceFolder,
+      { ...config, name, type: DEBUG_TYPE, request: 'attach' },
+      { parentSession: parent, lifecycleManagedByParent: true, compact: true },
+    );
+    this.log.event('session.subprocess', { parent: parent.name, subProcessId: config.subProcessId ?? null, started });
+    if (!started) this.log.warn(`could not attach the debugger to subprocess ${String(config.subProcessId)} of "${parent.name}"`);
   }
 
   private onStart(session: vscode.DebugSession): void {

@@ -8,9 +8,11 @@ import { VENV_PYTHON } from './paths.ts';
 export interface LaunchTarget {
   /** Configuration name shown in Run and Debug (and picked by the tests). */
   name: string;
-  /** Script relative to the workspace folder. */
+  /** Script relative to the workspace folder (or, with `module`, the module's first argument). */
   script: string;
   args?: string[];
+  /** Run this module (`python -m`), e.g. torch.distributed.run for torchrun, with the script as an argument. */
+  module?: string;
 }
 
 export const EXAMPLE_LAUNCHES: LaunchTarget[] = [
@@ -18,6 +20,12 @@ export const EXAMPLE_LAUNCHES: LaunchTarget[] = [
   { name: 'Hookscope: CNN (long run)', script: 'cnn.py', args: ['--steps', '100000'] },
   { name: 'Hookscope: NaN', script: 'nan.py' },
   { name: 'Hookscope: Transformer', script: 'transformer.py' },
+  {
+    name: 'Hookscope: DDP (torchrun, 2 ranks)',
+    module: 'torch.distributed.run',
+    script: 'ddp.py',
+    args: ['--standalone', '--nproc_per_node', '2'],
+  },
 ];
 
 export function launchJson(targets: LaunchTarget[] = EXAMPLE_LAUNCHES, type = 'hookscope'): string {
@@ -25,8 +33,9 @@ export function launchJson(targets: LaunchTarget[] = EXAMPLE_LAUNCHES, type = 'h
     name: t.name,
     type,
     request: 'launch',
-    program: `\${workspaceFolder}/${t.script}`,
-    args: t.args ?? [],
+    ...(t.module
+      ? { module: t.module, args: [...(t.args ?? []), `\${workspaceFolder}/${t.script}`] }
+      : { program: `\${workspaceFolder}/${t.script}`, args: t.args ?? [] }),
     console: 'internalConsole',
     justMyCode: true,
   }));

@@ -37,7 +37,7 @@ def test_json_stop_on_hit_with_report(tmp_path):
     assert (hit["layer"], hit["phase"], hit["breakpoint"]) == ("conv2", "forward", "b2")
     paths = {s["path"]: s for s in hit["summaries"]}
     assert paths["output"]["shape"] == [8, 4, 8, 8] and paths["output"]["nan"] == 0
-    assert "final loss" not in "".join(e.get("text", "") for e in events if e["event"] == "output")
+    assert "final loss" not in "".join(e["output"] for e in events if e["event"] == "output")
 
     saved = json.loads((report / "report.json").read_text(encoding="utf-8"))
     assert [h["layer"] for h in saved["hits"]] == ["conv2"]
@@ -55,3 +55,15 @@ def test_human_output_runs_to_the_end_and_keeps_program_output():
     assert "at model.head.1  [forward" in result.stdout
     assert "final loss" in result.stdout  # the program's own output reaches the terminal
     assert "exited with status 0" in result.stdout
+
+
+def test_break_on_nonfinite_names_the_planted_layer(tmp_path):
+    """examples/nan.py: the NaN is born in head.standardize; the debugger pauses there and continues."""
+    result = hookscope("run", "--json", "--break-on-nonfinite", str(ROOT / "examples" / "nan.py"))
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    hits = [e for e in events if e["event"] == "hit"]
+    assert hits, result.stdout[-3000:] + result.stderr[-3000:]
+    first = hits[0]
+    assert (first["breakpoint"], first["layer"], first["pausing"]) == ("nonfinite", "head.standardize", True)
+    assert first["origin"] == "born here"
+    assert events[-1]["event"] == "exited", events[-3:]

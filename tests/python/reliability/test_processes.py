@@ -9,6 +9,7 @@ worker, a multiprocessing child or the ``torchrun`` launcher.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -115,3 +116,31 @@ def test_ddp_each_rank_connects_and_rank1_nan_is_reported_by_rank1(link, tmp_pat
     assert rank == 1 and hit["breakpoint"] == "nonfinite" and hit["layer"] == "module.fc1", hits[:2]
     assert hit["pausing"] is False  # no debugger: logged
     assert all(r == 1 for r, h in hits if h["step"] <= hits[0][1]["step"]), "rank 0 was clean at that step"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
+                    reason="torchrun is not installed next to this Python")
+def test_ddp_under_the_debugger_pauses_rank1_and_continues_without_deadlock():
+    """``hookscope run --break-on-nonfinite torchrun ...``: debugpy follows the ranks (one child DAP
+    session each), both connect, rank 1's NaN pauses rank 1 in the layer it was born in, and
+    continuing lets both ranks finish (rank 0 waited in the gradient all-reduce meanwhile)."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    result = subprocess.run(
+        [sys.executable, "-m", "hookscope.cli", "run", "--json", "--break-on-nonfinite", torchrun,
+         "--nproc_per_node", "2", "--standalone", str(ROOT / "examples" / "ddp.py"), "--steps", "6",
+         "--nan-step", "3"],
+        env=subprocess_env(), capture_output=True, text=True, timeout=400, cwd=ROOT)
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    detail = result.stdout[-4000:] + result.stderr[-3000:]
+    assert result.returncode == 0, detail
+    connected = sorted(e["rank"] for e in events if e["event"] == "connected")
+    assert connected == [0, 1], detail
+    hits = [e for e in events if e["event"] == "hit"]
+    assert hits, detail
+    first = hits[0]
+    assert (first["rank"], first["worldSize"], first["layer"], first["breakpoint"]) == (1, 2, "module.fc1", "nonfinite")
+    assert first["pausing"] is True, "rank 1 pauses under the debugger"
+    program = "".join(e["output"] for e in events if e["event"] == "output")
+    assert "rank 0 done" in program and "rank 1 done" in program, detail
+    assert not [e for e in events if e["event"] == "warning"], detail
