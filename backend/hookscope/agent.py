@@ -789,7 +789,9 @@ def _torch_ready() -> bool:
 
 
 def _debugger_active() -> bool:
-    return "pydevd" in sys.modules
+    # A subprocess debugpy follows (a DDP rank) starts the agent from sitecustomize before
+    # debugpy's own entry point has imported pydevd; its command line already says so.
+    return "pydevd" in sys.modules or any("debugpy" in arg for arg in getattr(sys, "orig_argv", ()))
 
 
 _DEBUGPY_OPTIONS_WITH_VALUE = {"--listen", "--connect", "--pid", "--log-to", "--configure-qt",

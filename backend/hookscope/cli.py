@@ -375,6 +375,8 @@ class Runner:
             if self.dap is not None and self.dap.closed and self.events.empty():
                 break
         self._drain_backend_events()
+        for _ in self.state.pending_hits:  # the program ended before the debugger paused for them
+            self._warn_hit_without_stop()
         self._report_unresolved(final=True)
         code = self.state.exit_code if self.state.exit_code is not None else 1
         self.printer.event("exited", f"hookscope: the program exited with status {code}", exitCode=code,
@@ -502,6 +504,8 @@ class Runner:
                 continue
             state.pending_hits.remove(entry)
             client, thread_id, _ = stop
+            self.printer.event("paused", None, pid=conn.pid, rank=conn.hello.get("rank"), threadId=thread_id,
+                               layer=hit.get("layer"), breakpoint=hit.get("breakpoint"))
             self._record_hit(conn, hit)  # while paused: the layer's tensors are this hit's
             if self.args.stop_on_hit:
                 self._terminate()
@@ -517,9 +521,12 @@ class Runner:
         for entry in list(state.pending_hits):
             if now - entry[2] > self.HIT_WITHOUT_STOP_S:
                 state.pending_hits.remove(entry)
-                self.printer.event("warning", "hookscope: a hit was announced but the debugger did not pause "
-                                   "(justMyCode filtering the stop?)", message="hit without a stop")
+                self._warn_hit_without_stop()
         return False
+
+    def _warn_hit_without_stop(self) -> None:
+        self.printer.event("warning", "hookscope: a hit was announced but the debugger did not pause "
+                           "(justMyCode filtering the stop?)", message="hit without a stop")
 
     def _take_stop_of(self, pid: int) -> tuple[DapClient, int, float] | None:
         """The oldest unpaired debugger stop in process ``pid`` (DDP ranks pause one by one)."""

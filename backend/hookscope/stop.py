@@ -1,7 +1,7 @@
 """The frame the debugger stops in when a layer breakpoint fires.
 
-``debugpy.breakpoint()`` pauses in the function that calls it, so each
-``_stop_*`` function below calls it directly: its parameters are the locals
+The debugger pauses in the ``_stop_*`` function that asks for it (``_break_in``
+names that frame), so its parameters are the locals
 the user sees in the Variables view and the debug console (``layer``,
 ``module``, ``inputs``, ``output`` or ``grad_input``, ``grad_output``,
 ``reason``, ``stats``). This frame lives in the hookscope package: with
@@ -116,22 +116,42 @@ def pause(event: HookEvent, reason: str, stats: list[dict[str, Any]]) -> None:
         _stop_forward(event.layer, event.module, event.inputs, event.output, reason, stats)
 
 
+def _break_in(frame: Any) -> None:
+    """``debugpy.breakpoint()``, pausing in ``frame`` (one of the ``_stop_*`` frames below).
+
+    ``debugpy.breakpoint()`` pauses in the first caller that is not a debugger file. In a
+    subprocess debugpy follows (a DDP rank under torchrun, a child script), pydevd does not
+    know debugpy's own files as its own, so that caller is debugpy's ``wrapper``, which
+    justMyCode hides: nothing pauses. Naming the frame works in every process. (The same
+    call debugpy makes, to pydevd, which is loaded whenever a debugger is attached.)
+    """
+    pydevd = sys.modules.get("pydevd")
+    debugpy = _debugpy()
+    if pydevd is None or not hasattr(pydevd, "settrace"):
+        debugpy.breakpoint()
+        return
+    if not debugpy.is_client_connected():
+        return
+    pydevd.settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
+                    stop_at_frame=frame, notify_stdin=False)
+
+
 # The three frames below are what the user sees. Keep their parameters named
 # for the user and their bodies to the one call.
 
 def _stop_forward(layer: str, module: Any, inputs: Any, output: Any, reason: str,
                   stats: list[dict[str, Any]]) -> None:
-    _debugpy().breakpoint()
+    _break_in(sys._getframe())
     return  # paused here: inspect layer, module, inputs, output, reason, stats
 
 
 def _stop_backward(layer: str, module: Any, grad_input: Any, grad_output: Any, reason: str,
                    stats: list[dict[str, Any]]) -> None:
-    _debugpy().breakpoint()
+    _break_in(sys._getframe())
     return  # paused here: inspect layer, module, grad_input, grad_output, reason, stats
 
 
 def _stop_param_grad(layer: str, module: Any, param_name: str | None, param: Any, grad: Any,
                      reason: str, stats: list[dict[str, Any]]) -> None:
-    _debugpy().breakpoint()
+    _break_in(sys._getframe())
     return  # paused here: inspect layer, module, param_name, param, grad, reason, stats

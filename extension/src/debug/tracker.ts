@@ -8,7 +8,7 @@ import * as vscode from 'vscode';
 import type { BackendHub, ProcessState } from '../backend/hub';
 import type { HitMessage } from '../protocol/messages.gen';
 import type { ExtensionLog } from '../common/log';
-import { DEBUG_TYPE, PYTHON_DEBUG_TYPES } from '../constants';
+import { PYTHON_DEBUG_TYPES } from '../constants';
 import { ATTACH_PROPERTY, type AttachInjection } from './configurationProvider';
 import { SESSION_KEY_PROPERTY } from './launchEnv';
 
@@ -27,6 +27,8 @@ interface DapMessage {
 
 export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, vscode.Disposable {
   private readonly sessions = new Map<string, vscode.DebugSession>(); // hookscope key -> session
+  /** Processes debugged by a child session of their own (debugpy followed them as subprocesses). */
+  private readonly subprocessPids = new Set<number>();
   private readonly recentHits = new Map<string, { hit: HitMessage; process: ProcessState; at: number }>(); // key -> last hit
   private readonly disposables: vscode.Disposable[] = [];
   private readonly stoppedEmitter = new vscode.EventEmitter<{ session: vscode.DebugSession; reason: string; description?: string }>();
@@ -107,12 +109,6 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
         this.resumeProcesses(key, session);
         this.continuedEmitter.fire(session);
         return;
-      case 'debugpyAttach':
-        // debugpy follows a subprocess (a DDP rank under torchrun, a child script) and asks the
-        // client to attach to it; the Python extension does that for its own types, so this is
-        // only for Hookscope's type. Until someone attaches, the child waits.
-        if (session.type === DEBUG_TYPE) void this.attachToSubprocess(session, message.body ?? {});
-        return;
       case 'terminated':
       case 'exited':
         this.log.event(`dap.${message.event}`, { session: key });
@@ -122,35 +118,34 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
 
   /**
    * DAP `continue` resumes every thread of one debugged process: a subprocess's own session resumes
-   * that process only; the launched program's session resumes the processes it owns directly.
+   * that process only; the launched program's session, the processes no child session owns.
    */
-  private resumeProcesses(key: string, session?: vscode.DebugSession): void {
-    const pid = session?.configuration.subProcessId;
+  private resumeProcesses(key: string, session: vscode.DebugSession): void {
+    const pid = session.configuration.subProcessId;
     for (const p of this.hub.processesOfSession(key)) {
-      if (typeof pid !== 'number' || p.pid === pid) this.hub.markResumed(p);
+      const own = typeof pid === 'number' ? p.pid === pid : !this.subprocessPids.has(p.pid);
+      if (own) this.hub.markResumed(p);
     }
-  }
-
-  /** Opens the child debug session debugpy asked for, inside the parent's (one Stop ends both). */
-  private async attachToSubprocess(parent: vscode.DebugSession, config: Record<string, unknown>): Promise<void> {
-    const name = `${parent.name} (subprocess ${String(config.subProcessId ?? '?')})`;
-    const started = await vscode.debug.startDebugging(
-      parent.workspaceFolder,
-      { ...config, name, type: DEBUG_TYPE, request: 'attach' },
-      { parentSession: parent, lifecycleManagedByParent: true, compact: true },
-    );
-    this.log.event('session.subprocess', { parent: parent.name, subProcessId: config.subProcessId ?? null, started });
-    if (!started) this.log.warn(`could not attach the debugger to subprocess ${String(config.subProcessId)} of "${parent.name}"`);
   }
 
   private onStart(session: vscode.DebugSession): void {
     const key = this.keyOf(session);
-    if (!key || session.parentSession) return;
+    if (!key) return;
+    if (session.parentSession) {
+      // A subprocess debugpy follows (a DDP rank, a child script): VS Code opened this session when
+      // debugpy asked (DAP startDebugging); its configuration passed through the provider untouched.
+      const pid = session.configuration.subProcessId;
+      if (typeof pid === 'number') this.subprocessPids.add(pid);
+      this.log.event('session.child', { session: key, name: session.name, subProcessId: pid ?? null });
+      return;
+    }
     this.sessions.set(key, session);
     this.log.event('session.started', { session: key, name: session.name, type: session.type });
   }
 
   private onEnd(session: vscode.DebugSession): void {
+    const pid = session.configuration.subProcessId;
+    if (session.parentSession && typeof pid === 'number') this.subprocessPids.delete(pid);
     const key = this.keyOf(session);
     if (!key || this.sessions.get(key) !== session) return;
     this.sessions.delete(key);

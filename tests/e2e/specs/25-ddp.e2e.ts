@@ -1,9 +1,10 @@
 // Issue 8, many processes: DDP under the debugger. `torchrun --nproc_per_node 2`
 // (gloo, CPU) launched from VS Code with Hookscope's debug type: debugpy follows
-// the ranks, the extension attaches a child session to each, both ranks connect
+// the ranks (VS Code opens a child session per rank), both ranks connect
 // and show in the Layers tree with their rank; Break on NaN/Inf pauses rank 1 in
-// the layer the NaN is born in (the panel names the rank); Continue lets both
-// ranks finish (rank 0 waited in the gradient all-reduce): no deadlock.
+// the layer the NaN is born in (the panel names the rank); Continue: the averaged
+// gradients carry the NaN to rank 0, which pauses a step later; Continue again and
+// both ranks finish (each waited in the all-reduce while the other was paused).
 import assert from 'node:assert/strict';
 import { Debugger } from '../harness/debug.ts';
 import { sessionSteps, startHookscopeRun } from '../harness/hookscope.ts';
@@ -14,7 +15,7 @@ import { waitFor } from '../harness/wait.ts';
 describe('DDP under the debugger (torchrun, 2 ranks)', function () {
   const session = sessionSteps(() => startHookscopeRun('ddp'));
 
-  it('1. both ranks connect, rank 1 pauses on its NaN, continue finishes both ranks', async function () {
+  it('1. both ranks connect, rank 1 pauses on its NaN, then rank 0; both finish', async function () {
     const { workbench, trace } = session.run();
     const dbg = new Debugger(workbench);
     const panel = new TensorsPanel(workbench);
@@ -32,10 +33,11 @@ describe('DDP under the debugger (torchrun, 2 ranks)', function () {
     assert.deepEqual(hellos.map((e: TraceEvent) => e.rank).sort(), [0, 1], 'one agent per rank, none in the launcher');
     assert.ok(hellos.every((e: TraceEvent) => e.worldSize === 2 && e.debugger === true), JSON.stringify(hellos));
     const attached = await waitFor('a child debug session per rank', async () => {
-      const events = trace.read().slice(started).filter(isEvent('session.subprocess'));
+      const events = trace.read().slice(started).filter(isEvent('session.child'));
       return events.length >= 2 ? events : false;
     }, { timeoutMs: 30_000 });
-    assert.ok(attached.every((e: TraceEvent) => e.started === true), `VS Code started each child session: ${JSON.stringify(attached)}`);
+    const ranks = new Set(hellos.map((e: TraceEvent) => e.pid));
+    assert.ok(attached.every((e: TraceEvent) => ranks.has(e.subProcessId)), `one child session per rank: ${JSON.stringify(attached)}`);
 
     const hit = await trace.waitForEvent('the NaN hit', (e) => e.event === 'hit' && e.pausing === true, { after: started, timeoutMs: 120_000 });
     assert.equal(hit.rank, 1, `rank 1 plants the NaN: ${JSON.stringify(hit)}`);
@@ -55,6 +57,15 @@ describe('DDP under the debugger (torchrun, 2 ranks)', function () {
     await panel.waitForHeadline(/Paused in layer module\.fc1/);
     assert.match(await panel.text('panel-detail'), /rank 1\/2/, 'the panel says which rank paused');
     await workbench.screenshot('ddp-rank1-paused');
+
+    // Continue rank 1: the all-reduce hands its NaN gradients to rank 0, whose next forward makes
+    // NaN in the same layer, and rank 0 pauses (its own session) one step later.
+    const continued = trace.mark();
+    await dbg.continue(false);
+    const next = await trace.waitForEvent('rank 0 pauses next', (e) => e.event === 'hit' && e.pausing === true, { after: continued, timeoutMs: 60_000 });
+    assert.deepEqual([next.rank, next.layer, next.step], [0, 'module.fc1', (hit.step as number) + 1], JSON.stringify(next));
+    await trace.waitForEvent('DAP stopped in rank 0', isEvent('dap.stopped'), { after: continued });
+    await dbg.waitForPaused();
 
     const resumed = trace.mark();
     await dbg.continue(false);

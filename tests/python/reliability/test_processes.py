@@ -141,6 +141,9 @@ def test_ddp_under_the_debugger_pauses_rank1_and_continues_without_deadlock():
     first = hits[0]
     assert (first["rank"], first["worldSize"], first["layer"], first["breakpoint"]) == (1, 2, "module.fc1", "nonfinite")
     assert first["pausing"] is True, "rank 1 pauses under the debugger"
+    paused = [e for e in events if e["event"] == "paused"]
+    assert paused and (paused[0]["rank"], paused[0]["pid"], paused[0]["layer"]) == (1, first["pid"], "module.fc1"), \
+        f"the debugger really stopped rank 1 (its own DAP session): {detail}"
     program = "".join(e["output"] for e in events if e["event"] == "output")
     assert "rank 0 done" in program and "rank 1 done" in program, detail
     assert not [e for e in events if e["event"] == "warning"], detail
