@@ -34,6 +34,21 @@ def start(origin: str) -> None:
         print(f"hookscope: the agent did not start ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
+def ignore_debugpy_warning_about_this_plugin() -> None:
+    """Silence debugpy's "incompatible copy of pydevd already imported" when it names only our files.
+
+    In a subprocess debugpy follows (a DDP rank), pydevd loads its plugins, this folder's
+    included, before debugpy's vendoring check runs; the check takes our plugin for a foreign
+    pydevd and warns in every rank's output. A warning that names any other file still shows.
+    """
+    import re
+    import warnings
+
+    here = re.escape(os.path.dirname(os.path.abspath(__file__)) + os.sep)
+    warnings.filterwarnings("ignore", category=UserWarning,
+                            message=r"incompatible copy of pydevd already imported:(\s*" + here + r"[^\n]*)+\s*\Z")
+
+
 def debugger_will_load() -> bool:
     """Whether this process was started by debugpy, whose plugin loader will start the agent."""
     argv = getattr(sys, "orig_argv", sys.argv)

@@ -40,6 +40,7 @@ def _main() -> None:
         import hookscope_boot
     finally:
         sys.path.pop(0)
+    hookscope_boot.ignore_debugpy_warning_about_this_plugin()
     if not hookscope_boot.debugger_will_load():
         hookscope_boot.start("sitecustomize")
 
