@@ -6,14 +6,16 @@ dynamo traces the submodules' forward into one graph and does not notice
 hooks added afterwards, so layer breakpoints on ``fc1``/``fc2`` inside the
 compiled model do not fire: Hookscope marks those layers "compiled" in the
 Layers tree and sends a notice when a breakpoint lands there. To debug them,
-run compiled code eagerly while paused or before the step:
-``torch.compiler.set_stance("force_eager")`` (``"default"`` to go back); the
-script does that itself with ``--eager``.
+click the notice's "Run Compiled Code Eagerly While Debugging" (the setting
+``hookscope.runCompiledEagerly``): the next step runs eagerly and the breakpoint
+fires. In code: ``torch.compiler.set_stance("force_eager")`` (``"default"`` to go
+back); the script does that itself with ``--eager``.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 from torch import nn
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--backend", default="inductor", help="'eager' compiles in a second (same hook behaviour)")
     parser.add_argument("--eager", action="store_true", help="run the compiled model eagerly (hooks fire)")
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="pause between steps (to watch it live)")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = torch.compile(Net(), backend=args.backend)
@@ -47,6 +50,7 @@ def main() -> None:
         loss.backward()
         opt.step()
         print(f"step {step} loss {loss.item():.4f}", flush=True)
+        time.sleep(args.step_seconds)
 
 
 if __name__ == "__main__":

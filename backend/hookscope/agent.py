@@ -60,7 +60,7 @@ STRUCTURE_CHECK_S = 2.0
 STATS_INTERVAL_S = 2.0
 RECONNECT_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
-_DEFERRABLE = frozenset({"setBreakpoints", "setBreakOnNonFinite", "watch"})
+_DEFERRABLE = frozenset({"setBreakpoints", "setBreakOnNonFinite", "setCompiledEager", "watch"})
 """Requests that replace a whole setting: kept until the engine exists, then applied."""
 
 ESSENTIAL_TYPES = frozenset({"reply", "heartbeat", "hit", "resumed", "modelAdded", "modelRemoved", "notice", "stats"})
@@ -533,7 +533,7 @@ class Agent:
                 specs = message["breakpoints"]
                 body = {"resolved": [{"id": str(s.get("id", "")) if isinstance(s, dict) else "", "layers": []}
                                      for s in specs]}
-            elif mtype == "setBreakOnNonFinite":
+            elif mtype in ("setBreakOnNonFinite", "setCompiledEager"):
                 body = {"enabled": message["enabled"]}
             else:
                 body = {"layers": list(message["layers"])}

@@ -78,6 +78,9 @@ class Engine:
         self._last_output: dict[tuple[str, str], Any] = {}
         self._paused: dict[str, Any] | None = None
         self._interventions: Any = None
+        self._compiled_noticed: set[str] = set()
+        self._stance_before_eager: str | None = None
+        """dynamo's stance before setCompiledEager turned on force_eager (None: Hookscope did not change it)."""
         self._filtered_notice_sent = False
         self._callback_errors: set[tuple[str, str]] = set()
         """(breakpoint id, error) already reported: a raising callback is told once, not every call."""
@@ -94,9 +97,10 @@ class Engine:
                 self._arm_shapes(model_id, model)
             if self._nonfinite_enabled:
                 self._nonfinite.add(model_id, model)
-            if self._breakpoints.breakpoints:
-                self._reinstall_breakpoints()
+            resolved = self._reinstall_breakpoints() if self._breakpoints.breakpoints else []
             self._sync_root_hooks()
+        # Breakpoints set before the model existed (the usual order) are told too.
+        self._warn_if_compiled([layer for entry in resolved for layer in entry.get("layers") or []])
 
     def remove_model(self, model_id: str) -> None:
         with self._lock:
@@ -163,20 +167,23 @@ class Engine:
                     at_or_below = any(r == "" or layer == r or layer.startswith(r + ".") for r in in_place)
                     if below or at_or_below:
                         compiled.append(layer)
+        compiled = [layer for layer in compiled if layer not in self._compiled_noticed]
         if compiled and not _compile_forced_eager():
+            self._compiled_noticed.update(compiled)  # once per layer, however often breakpoints are re-sent
             names = ", ".join(sorted(set(compiled))[:5])
-            self._notice("warning", f"{names} run inside a torch.compile'd module: layer hooks there do not "
-                         "fire (only the compiled root's own hooks do). To debug them, run compiled code "
-                         "eagerly: torch.compiler.set_stance('force_eager') in the debug console "
-                         "(set_stance('default') to go back).", "compiled")
+            self._notice("warning", f"{names} run inside a torch.compile'd module: hooks added after it was "
+                         "compiled do not fire there (only the compiled root's own hooks do). To debug them, "
+                         "run compiled code "
+                         "eagerly while debugging (setting hookscope.runCompiledEagerly; in code: "
+                         "torch.compiler.set_stance('force_eager')).", "compiled")
 
     def set_breakpoints(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Python API: like the request, but specs may carry a ``callback``."""
         return self._req_setBreakpoints({"breakpoints": specs})["resolved"]
 
-    def _reinstall_breakpoints(self) -> None:
+    def _reinstall_breakpoints(self) -> list[dict[str, Any]]:
         specs = [self._spec_as_raw(bp) for bp in self._breakpoints.breakpoints]
-        self._breakpoints.set(specs, dict(self._indexes))
+        return self._breakpoints.set(specs, dict(self._indexes))
 
     @staticmethod
     def _spec_as_raw(bp: Breakpoint) -> dict[str, Any]:
@@ -189,6 +196,24 @@ class Engine:
             raw["condition"] = {"kind": s.condition.kind, "threshold": s.condition.threshold,
                                 "expression": s.condition.expression}
         return raw
+
+    def _req_setCompiledEager(self, request: dict) -> dict:
+        """The opt-in of the ``compiled`` notice: run torch.compile'd code eagerly so layer hooks
+        inside it fire (``torch.compiler.set_stance('force_eager')``, process-wide, no recompile);
+        off, or when Hookscope goes, restores the stance it replaced."""
+        enabled = request.get("enabled")
+        if not isinstance(enabled, bool):
+            raise ValueError("'enabled' must be true or false")
+        self.set_compiled_eager(enabled)
+        return {"enabled": _compile_forced_eager()}
+
+    def set_compiled_eager(self, enabled: bool) -> None:
+        with self._lock:
+            if enabled and self._stance_before_eager is None and not _compile_forced_eager():
+                self._stance_before_eager = _set_compile_stance("force_eager")
+            elif not enabled and self._stance_before_eager is not None:
+                _set_compile_stance(self._stance_before_eager)
+                self._stance_before_eager = None
 
     def _req_setBreakOnNonFinite(self, request: dict) -> dict:
         self.set_break_on_nonfinite(bool(request.get("enabled")))
@@ -379,7 +404,8 @@ class Engine:
             self._last_output.clear()
             if self._interventions is not None:
                 removed += self._interventions.remove()
-            return removed
+        self.set_compiled_eager(False)  # the program runs as it did before Hookscope
+        return removed
 
     @property
     def hook_count(self) -> int:
@@ -683,6 +709,15 @@ def _compile_forced_eager() -> bool:
         return getattr(getattr(eval_frame, "_stance", None), "stance", "default") == "force_eager"
     except Exception:
         return False
+
+
+def _set_compile_stance(stance: str) -> str:
+    """Set dynamo's stance process-wide; returns the one it replaced."""
+    from torch._dynamo import eval_frame
+
+    before = getattr(getattr(eval_frame, "_stance", None), "stance", "default")
+    torch.compiler.set_stance(stance)
+    return before
 
 
 def summaries_first_tensor(value: Any) -> torch.Tensor | None:

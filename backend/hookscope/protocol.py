@@ -171,6 +171,13 @@ MESSAGES: tuple[Message, ...] = (
     ), (
         _f("enabled", "bool", "the state now"),
     )),
+    Message("setCompiledEager", "request", "toBackend",
+            "Run torch.compile'd code eagerly while debugging, so layer hooks inside compiled modules "
+            "fire (torch.compiler.set_stance('force_eager')); off restores the stance it replaced.", (
+        _f("enabled", "bool", "on or off"),
+    ), (
+        _f("enabled", "bool", "whether compiled code runs eagerly now"),
+    )),
     Message("watch", "request", "toBackend",
             "Stream summaries of these layers (empty list: stop).", (
         _f("layers", "list", "qualified names"),

@@ -42,6 +42,7 @@ export const Settings = {
   backendPath: 'backendPath',
   summaryRateHz: 'summaryRateHz',
   breakOnNonFinite: 'breakOnNonFinite',
+  runCompiledEagerly: 'runCompiledEagerly',
   traceFile: 'traceFile',
   diagnostics: 'diagnostics',
   tensorPresentation: 'tensorPresentation',

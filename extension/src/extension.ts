@@ -7,7 +7,9 @@ import { LayerBreakpointManager } from './breakpoints/manager';
 import { LayerBreakpointsView } from './breakpoints/treeView';
 import { registerCommands } from './commands';
 import { ExtensionLog } from './common/log';
-import { affects, breakOnNonFiniteSetting, summaryRateHz, traceFileSetting } from './common/settings';
+import {
+  affects, breakOnNonFiniteSetting, runCompiledEagerlySetting, setRunCompiledEagerlySetting, summaryRateHz, traceFileSetting,
+} from './common/settings';
 import { Commands, ContextKeys, DEBUG_TYPE, PYTHON_DEBUG_TYPES, Settings, Views } from './constants';
 import { HookscopeAdapterFactory, HookscopeConfigurationProvider } from './debug/configurationProvider';
 import { PythonEnvironment } from './debug/python';
@@ -18,6 +20,8 @@ import { PanelController } from './views/panelController';
 import { InspectController } from './views/inspectController';
 import { HookscopeStatusBar } from './views/statusBar';
 import { TensorsViewProvider } from './views/tensorsView';
+
+const RUN_EAGERLY = 'Run Compiled Code Eagerly While Debugging';
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const push = <T extends vscode.Disposable>(d: T): T => {
@@ -77,8 +81,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   };
   applyBreakOnNonFinite();
 
+  // Eager torch.compile while debugging: the opt-in of the `compiled` notice.
+  const applyRunCompiledEagerly = () => void hub.setCompiledEager(runCompiledEagerlySetting());
+  applyRunCompiledEagerly();
+
   push(vscode.workspace.onDidChangeConfiguration((e) => {
     if (affects(e, Settings.breakOnNonFinite)) applyBreakOnNonFinite();
+    if (affects(e, Settings.runCompiledEagerly)) applyRunCompiledEagerly();
     if (affects(e, Settings.traceFile)) log.setTraceFile(traceFileSetting());
     if (affects(e, Settings.pythonPath)) {
       python.reset();
@@ -112,7 +121,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     if (notice.level === 'info' || shownNotices.has(key)) return;
     shownNotices.add(key);
     const show = notice.level === 'error' ? vscode.window.showErrorMessage : vscode.window.showWarningMessage;
-    void show(`Hookscope (${process.label}): ${notice.message}`);
+    const message = `Hookscope (${process.label}): ${notice.message}`;
+    if (notice.code === 'compiled' && !runCompiledEagerlySetting()) {
+      void show(message, RUN_EAGERLY).then((choice) => {
+        if (choice === RUN_EAGERLY) void setRunCompiledEagerlySetting(true);
+      });
+      return;
+    }
+    void show(message);
   }));
   push(hub.onHit(({ hit }) => {
     void vscode.commands.executeCommand('setContext', ContextKeys.paused, hit.pausing);

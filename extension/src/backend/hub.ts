@@ -90,6 +90,7 @@ export class BackendHub {
   private readonly states = new Map<string, ProcessState>();
   private breakpoints: BreakpointSpec[] = [];
   private breakOnNonFinite = false;
+  private compiledEager = false;
   private readonly resendTimers = new Map<string, NodeJS.Timeout>();
   private readonly trace: Tracer;
 
@@ -209,13 +210,22 @@ export class BackendHub {
   async setBreakOnNonFinite(enabled: boolean): Promise<void> {
     this.breakOnNonFinite = enabled;
     this.trace.event('breakOnNonFinite', { enabled });
-    await Promise.all(
-      this.processes().map((p) =>
-        this.request(p.id, 'setBreakOnNonFinite', { enabled }).catch((err: Error) =>
-          this.options.log.warn(`[${p.label}] setBreakOnNonFinite failed: ${err.message}`),
-        ),
-      ),
-    );
+    await Promise.all(this.processes().map((p) => this.sendSwitch(p, 'setBreakOnNonFinite', enabled)));
+  }
+
+  /** Run torch.compile'd code eagerly in every process (and those that connect later), so hooks inside fire. */
+  async setCompiledEager(enabled: boolean): Promise<void> {
+    this.compiledEager = enabled;
+    this.trace.event('compiledEager', { enabled });
+    await Promise.all(this.processes().map((p) => this.sendSwitch(p, 'setCompiledEager', enabled)));
+  }
+
+  private async sendSwitch(p: ProcessState, type: 'setBreakOnNonFinite' | 'setCompiledEager', enabled: boolean): Promise<void> {
+    try {
+      await this.request(p.id, type, { enabled });
+    } catch (err) {
+      this.options.log.warn(`[${p.label}] ${type} failed: ${(err as Error).message}`);
+    }
   }
 
   /** Refresh a process's active interventions from the backend. */
@@ -297,11 +307,8 @@ export class BackendHub {
     this.connectedEmitter.fire(state);
     this.processesEmitter.fire();
     void this.sendBreakpoints(state);
-    if (this.breakOnNonFinite) {
-      connection.request('setBreakOnNonFinite', { enabled: true }).catch((err: Error) =>
-        this.options.log.warn(`[${state.label}] setBreakOnNonFinite failed: ${err.message}`),
-      );
-    }
+    if (this.breakOnNonFinite) void this.sendSwitch(state, 'setBreakOnNonFinite', true);
+    if (this.compiledEager) void this.sendSwitch(state, 'setCompiledEager', true);
   }
 
   private onExit(connection: BackendConnection, reason: string): void {

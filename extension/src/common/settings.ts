@@ -30,8 +30,21 @@ export function breakOnNonFiniteSetting(): boolean {
 }
 
 export async function setBreakOnNonFiniteSetting(on: boolean): Promise<void> {
-  const target = vscode.workspace.workspaceFolders?.length ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global;
-  await config().update(Settings.breakOnNonFinite, on, target);
+  await config().update(Settings.breakOnNonFinite, on, settingsTarget());
+}
+
+/** Where a switch flipped from the UI is saved: the workspace when one is open. */
+function settingsTarget(): vscode.ConfigurationTarget {
+  return vscode.workspace.workspaceFolders?.length ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global;
+}
+
+/** Run torch.compile'd code eagerly while debugging, so layer hooks inside compiled modules fire. */
+export function runCompiledEagerlySetting(): boolean {
+  return config().get<boolean>(Settings.runCompiledEagerly, false);
+}
+
+export async function setRunCompiledEagerlySetting(on: boolean): Promise<void> {
+  await config().update(Settings.runCompiledEagerly, on, settingsTarget());
 }
 
 export function traceFileSetting(): string | undefined {

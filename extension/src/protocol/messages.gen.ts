@@ -294,6 +294,20 @@ export interface SetBreakOnNonFiniteResult {
   enabled: boolean;
 }
 
+/** Run torch.compile'd code eagerly while debugging, so layer hooks inside compiled modules fire (torch.compiler.set_stance('force_eager')); off restores the stance it replaced. */
+export interface SetCompiledEagerRequest {
+  type: 'setCompiledEager';
+  id: number;
+  /** on or off */
+  enabled: boolean;
+}
+
+/** Reply body of setCompiledEager. */
+export interface SetCompiledEagerResult {
+  /** whether compiled code runs eagerly now */
+  enabled: boolean;
+}
+
 /** Stream summaries of these layers (empty list: stop). */
 export interface WatchRequest {
   type: 'watch';
@@ -502,13 +516,14 @@ export interface ByeMessage {
 }
 
 export type FromBackend = HelloMessage | ModelAddedMessage | ModelRemovedMessage | HitMessage | SummariesMessage | ShapesMessage | ResumedMessage | NoticeMessage | StatsMessage | HeartbeatRequest | ReplyMessage;
-export type ToBackend = PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ReleaseInspectedRequest | ByeMessage;
+export type ToBackend = PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | SetCompiledEagerRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ReleaseInspectedRequest | ByeMessage;
 
 /** Request type -> its params (without type/id) and its result. */
 export interface RequestMap {
   ping: { params: Omit<PingRequest, 'type' | 'id'>; result: PingResult };
   setBreakpoints: { params: Omit<SetBreakpointsRequest, 'type' | 'id'>; result: SetBreakpointsResult };
   setBreakOnNonFinite: { params: Omit<SetBreakOnNonFiniteRequest, 'type' | 'id'>; result: SetBreakOnNonFiniteResult };
+  setCompiledEager: { params: Omit<SetCompiledEagerRequest, 'type' | 'id'>; result: SetCompiledEagerResult };
   watch: { params: Omit<WatchRequest, 'type' | 'id'>; result: WatchResult };
   getSummaries: { params: Omit<GetSummariesRequest, 'type' | 'id'>; result: GetSummariesResult };
   getParamGrads: { params: Omit<GetParamGradsRequest, 'type' | 'id'>; result: GetParamGradsResult };
@@ -541,6 +556,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   ping: { kind: 'request', direction: 'toBackend', fields: [] },
   setBreakpoints: { kind: 'request', direction: 'toBackend', fields: [{ name: 'breakpoints', type: 'list', optional: false }] },
   setBreakOnNonFinite: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }] },
+  setCompiledEager: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }] },
   watch: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layers', type: 'list', optional: false }, { name: 'model', type: 'str', optional: true }, { name: 'rateHz', type: 'float', optional: true }] },
   getSummaries: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layer', type: 'str', optional: false }, { name: 'model', type: 'str', optional: true }] },
   getParamGrads: { kind: 'request', direction: 'toBackend', fields: [{ name: 'model', type: 'str', optional: true }] },

@@ -20,6 +20,7 @@ export const EXAMPLE_LAUNCHES: LaunchTarget[] = [
   { name: 'Hookscope: CNN (long run)', script: 'cnn.py', args: ['--steps', '100000'] },
   { name: 'Hookscope: NaN', script: 'nan.py' },
   { name: 'Hookscope: Transformer', script: 'transformer.py' },
+  { name: 'Hookscope: compiled (long run)', script: 'compiled.py', args: ['--backend', 'eager', '--steps', '100000', '--step-seconds', '0.1'] },
   {
     name: 'Hookscope: DDP (torchrun, 2 ranks)',
     module: 'torch.distributed.run',

@@ -16,6 +16,7 @@ from torch import nn
 
 from hookscope import discovery
 from hookscope.engine import Engine
+from hookscope.protocol import ProtocolError
 
 from reliability_support import hook_count
 
@@ -66,12 +67,13 @@ def test_compiled_layers_are_marked_noticed_and_fire_when_run_eagerly(how, eager
     resolved = engine.set_breakpoints([{"id": "b", "layer": prefix + "fc1", "phases": ["forward"]}])
     assert resolved[0]["layers"] == [prefix + "fc1"]
     notices = [e for e in events if e["type"] == "notice" and e.get("code") == "compiled"]
-    assert notices and "force_eager" in notices[0]["message"], events
+    assert notices and "runCompiledEagerly" in notices[0]["message"], events
 
     # Compiled: the hook is installed but does not fire (what the notice says).
     assert _step(model, 0, events) == 0
-    # Opt in to eager execution: the same hook fires, the training code is unchanged.
-    torch.compiler.set_stance("force_eager")
+    # Opt in to eager execution (the editor's setting sends this): the same hook fires,
+    # the training code is unchanged.
+    assert engine.handle({"type": "setCompiledEager", "id": 2, "enabled": True}) == {"enabled": True}
     fired = _step(model, 0, events)
     assert fired == 1
     hit = [e for e in events if e["type"] == "hit"][0]
@@ -80,8 +82,30 @@ def test_compiled_layers_are_marked_noticed_and_fire_when_run_eagerly(how, eager
     before = len(notices)
     engine.set_breakpoints([{"id": "b", "layer": prefix + "fc1", "phases": ["forward"]}])
     assert len([e for e in events if e["type"] == "notice" and e.get("code") == "compiled"]) == before
-    torch.compiler.set_stance("default")
+    # Off again: compiled execution is back and the hook is silent again.
+    assert engine.handle({"type": "setCompiledEager", "id": 3, "enabled": False}) == {"enabled": False}
+    assert _step(model, fired, events) == 0
     assert engine.shutdown() > 0 and hook_count(model) == 0
+
+
+def test_eager_opt_in_is_undone_when_hookscope_goes_and_leaves_the_users_own_stance(eager_stance_restored):
+    """The opt-in never outlives the session, and a stance the user set is theirs."""
+    from torch._dynamo import eval_frame
+
+    engine = Engine(lambda e: None, shapes=False)
+    engine.handle({"type": "setCompiledEager", "id": 1, "enabled": True})
+    assert eval_frame._stance.stance == "force_eager"
+    engine.shutdown()  # the editor went away
+    assert eval_frame._stance.stance == "default"
+
+    torch.compiler.set_stance("force_eager")  # the user's own choice
+    engine = Engine(lambda e: None, shapes=False)
+    engine.handle({"type": "setCompiledEager", "id": 1, "enabled": True})
+    engine.handle({"type": "setCompiledEager", "id": 2, "enabled": False})
+    engine.shutdown()
+    assert eval_frame._stance.stance == "force_eager", "Hookscope only undoes what it did"
+    with pytest.raises(ProtocolError):
+        engine.handle({"type": "setCompiledEager", "id": 3, "enabled": "yes"})
 
 
 def test_root_hooks_of_a_compiled_model_fire(eager_stance_restored):
@@ -101,3 +125,20 @@ def test_root_hooks_of_a_compiled_model_fire(eager_stance_restored):
     assert hits and hits[0]["breakpoint"] == "nonfinite", events
     engine.shutdown()
     assert hook_count(model) == 0
+
+
+def test_breakpoints_set_before_the_compiled_model_appears_are_noticed_once(eager_stance_restored):
+    """The editor sends breakpoints before the program builds its model: the notice comes when the
+    model is found, and breakpoints re-sent later (the editor does, on every model change) repeat nothing."""
+    torch._dynamo.reset()
+    model = torch.compile(Net(), backend="eager")
+    model(torch.randn(4, 8))
+    events: list[dict] = []
+    engine = Engine(events.append, shapes=False)
+    spec = {"id": "b", "layer": "_orig_mod.fc1", "phases": ["forward"]}
+    engine.set_breakpoints([spec])
+    engine.add_model("m1", model)
+    engine.set_breakpoints([spec])
+    notices = [e for e in events if e["type"] == "notice" and e.get("code") == "compiled"]
+    assert len(notices) == 1 and "_orig_mod.fc1" in notices[0]["message"], events
+    engine.shutdown()
