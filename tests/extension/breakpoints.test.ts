@@ -53,6 +53,18 @@ describe('breakpoints: model', () => {
     assert.equal(m.forLayer('fc'), undefined);
   });
 
+  it('unchecking a layer removes the source-line breakpoints that resolved to it, and only those', () => {
+    const m = new BreakpointModel();
+    const covering = m.add({ uri: URI, file: FILE, line: 4, phases: ['forward'], enabled: true });
+    const elsewhere = m.add({ uri: URI, file: FILE, line: 9, phases: ['backward'], enabled: true });
+    const layerBp = m.setLayerPhase('fc', { uri: URI, file: FILE, line: 4 }, 'forward', true)!;
+    const resolved: Record<string, string[]> = { [covering.id]: ['fc', 'blocks.1.fc'], [elsewhere.id]: ['head'] };
+    const removed = m.removeLineBreakpointsCovering('fc', (id) => resolved[id] ?? []);
+    assert.deepEqual(removed.map((b) => b.id), [covering.id]);
+    assert.deepEqual(m.all().map((b) => b.id).sort(), [elsewhere.id, layerBp.id].sort(), 'layer breakpoints are setLayerPhase\'s to change');
+    assert.deepEqual(m.removeLineBreakpointsCovering('fc', (id) => resolved[id] ?? []), []);
+  });
+
   it('describes conditions for labels', () => {
     assert.equal(describeCondition({ condition: { kind: 'nonfinite' } }), 'NaN/Inf');
     assert.equal(describeCondition({ condition: { kind: 'grad_norm_above', threshold: 100 }, hitCount: 2 }), 'grad norm > 100, hit 2');

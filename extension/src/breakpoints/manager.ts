@@ -84,7 +84,8 @@ export class LayerBreakpointManager implements vscode.Disposable {
       ? { uri: location.uri.toString(), file: location.uri.fsPath, line: location.line }
       : { uri: '', file: '', line: 0 };
     const bp = this.model.setLayerPhase(layer, loc, phase, on);
-    this.log.event('breakpoint.layerPhase', { layer, phase, on, id: bp?.id ?? null });
+    const removed = on ? [] : this.model.removeLineBreakpointsCovering(layer, (id) => this.statuses.get(id)?.layers ?? []);
+    this.log.event('breakpoint.layerPhase', { layer, phase, on, id: bp?.id ?? null, removedLineBreakpoints: removed.map((b) => b.id) });
     this.changed();
   }
 

@@ -170,6 +170,17 @@ export class BreakpointModel {
     return existing;
   }
 
+  /**
+   * Remove the source-line breakpoints that resolved to `layer` (`layersOf` gives a breakpoint's
+   * resolved layers). They check that layer's box in the Layers tree too, so unchecking the box
+   * removes them — with every instance the line covers, as the gutter mark shows.
+   */
+  removeLineBreakpointsCovering(layer: string, layersOf: (id: string) => readonly string[]): LayerBreakpoint[] {
+    const covering = this.items.filter((bp) => !bp.layer && layersOf(bp.id).includes(layer));
+    for (const bp of covering) this.remove(bp.id);
+    return covering;
+  }
+
   /** Turn one phase of a layer breakpoint on or off (the Layers tree's forward/backward switches). */
   setLayerPhase(layer: string, location: { uri: string; file: string; line: number }, phase: 'forward' | 'backward', on: boolean): LayerBreakpoint | undefined {
     const existing = this.forLayer(layer);
