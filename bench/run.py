@@ -142,6 +142,9 @@ def main() -> int:
     parser.add_argument("--row-timeout", type=float, default=900)
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
     args = parser.parse_args()
+    # Workers run in a temporary folder: a relative interpreter path (the Makefile's) must not depend on it.
+    # abspath, not resolve(): a venv's python is a symlink whose target is not the venv.
+    args.python = os.path.abspath(args.python) if os.sep in args.python else args.python
     models = args.models.split(",")
     rows: dict[str, dict | str] = {}
     with tempfile.TemporaryDirectory(prefix="hookscope-bench-") as tmp:

@@ -40,8 +40,12 @@ class DebugSession:
     """One launch of a script under debugpy with Hookscope's bootstrap on PYTHONPATH."""
 
     def __init__(self, script: Path, args: list[str] | None = None, just_my_code: bool = True,
-                 extra_pythonpath: list[str] | None = None) -> None:
+                 extra_pythonpath: list[str] | None = None, python: str = sys.executable,
+                 bootstrap_dir: str | None = None) -> None:
+        """``python``/``bootstrap_dir``: another interpreter and the bootstrap of the hookscope it has
+        (the editor asks the interpreter for it); default: this one's."""
         self.script, self.args, self.just_my_code = script, args or [], just_my_code
+        self.python, self.bootstrap_dir = python, bootstrap_dir or bootstrap.path()
         self.link = EditorLink()
         self.dap = DapClient.start_adapter()
         self.conn: BackendConnection | None = None
@@ -52,9 +56,9 @@ class DebugSession:
         self.dap.initialize("hookscope-tests")
         env = dict(self.link.env())
         user_path = os.pathsep.join(self.extra_pythonpath + [os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
-        env["PYTHONPATH"] = bootstrap.pythonpath(user_path or None)
+        env["PYTHONPATH"] = os.pathsep.join([self.bootstrap_dir] + ([user_path] if user_path else []))
         launch = self.dap.send_request("launch", {
-            "program": str(self.script), "args": self.args, "cwd": str(ROOT), "python": [sys.executable],
+            "program": str(self.script), "args": self.args, "cwd": str(ROOT), "python": [self.python],
             "console": "internalConsole", "justMyCode": self.just_my_code, "env": env,
             "rules": [{"module": "hookscope", "include": True}],
         })
