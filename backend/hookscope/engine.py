@@ -29,6 +29,7 @@ from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
 from hookscope.conditions import REPLAY, HookEvent
 from hookscope.nonfinite import NonFiniteWatch
 from hookscope.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
+from hookscope.summary_budget import SummaryBudget
 
 log = logging.getLogger("hookscope")
 
@@ -79,6 +80,8 @@ class Engine:
         self._paused: dict[str, Any] | None = None
         self._interventions: Any = None
         self._compiled_noticed: set[str] = set()
+        self._budget = SummaryBudget()
+        self._budget_noticed = False
         self._stance_before_eager: str | None = None
         """dynamo's stance before setCompiledEager turned on force_eager (None: Hookscope did not change it)."""
         self._filtered_notice_sent = False
@@ -488,15 +491,17 @@ class Engine:
             now = time.monotonic()
             if now < watch.next_due or REPLAY.depth or not watch.active:
                 return
-            watch.next_due = now + watch.interval
+            watch.next_due = now + self._budget_interval(watch.interval)
             try:
                 if watch.keep_output:
                     self._last_output[key] = _detached(output)
                 if key not in self._watches:
                     return  # a render capture only
                 step = self._step_of(watch.model)
+                started = time.perf_counter()
                 tensors = summaries.summarize_many(list(summaries.iter_tensors(args, "inputs"))
                                                    + list(summaries.iter_tensors(output, "output")))
+                self._budget.record((key, "forward"), time.perf_counter() - started)
                 self._last[key] = {"step": step, "tensors": tensors}
                 self._emit({"type": "summaries", "model": watch.model, "layer": watch.layer,
                             "phase": "forward", "step": step, "tensors": tensors})
@@ -515,7 +520,9 @@ class Engine:
             if not watch.active or REPLAY.depth:
                 return
             try:
+                started = time.perf_counter()
                 tensors = summaries.summarize_many([(path, grad)])
+                self._budget.record(((watch.model, watch.layer), "backward"), time.perf_counter() - started)
                 last = self._last.get((watch.model, watch.layer))
                 if last is not None and last.get("step") == step:
                     last["tensors"] = [t for t in last["tensors"] if t["path"] != path] + tensors
@@ -525,8 +532,19 @@ class Engine:
                 self._notice("warning", f"gradient summary of {watch.layer} failed: {exc}", "watchError")
         return hook
 
+    def _budget_interval(self, wanted: float) -> float:
+        """The interval the summary budget allows; says so once when it is slower than the panel's."""
+        interval = self._budget.interval(wanted)
+        if interval > 2 * wanted and not self._budget_noticed:
+            self._budget_noticed = True
+            self._notice("info", f"{len(self._watches)} watched layers: their summaries refresh every "
+                         f"{interval:.1f} s (not {wanted:.2f} s) to keep their cost under "
+                         f"{self._budget.share:.0%} of the run time", "watchThrottled")
+        return interval
+
     def _drop_watch(self, watch: _LayerWatch) -> int:
         watch.active = False
+        self._budget.forget((watch.model, watch.layer))
         self._last_output.pop((watch.model, watch.layer), None)
         if watch.handle is None:
             return 0

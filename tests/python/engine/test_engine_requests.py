@@ -75,6 +75,36 @@ def test_watch_rate_limits(setup):
     assert len([e for e in events if e["type"] == "summaries" and e["phase"] == "forward"]) == 1
 
 
+def test_watching_costly_layers_slows_their_refresh_to_keep_within_the_budget(setup, monkeypatch):
+    """Summaries that cost more than the budget allows at the panel's rate: every layer still
+    refreshes, all at a slower pace, and the user is told how slow (once)."""
+    import time
+
+    from hookscope import engine as engine_module
+
+    model, engine, events = setup
+    real = engine_module.summaries.summarize_many
+
+    def costly(pairs):  # as if each summary reduced a large activation
+        time.sleep(0.004)
+        return real(pairs)
+
+    monkeypatch.setattr(engine_module.summaries, "summarize_many", costly)
+    layers = [name for name, _ in model.named_modules() if name]
+    req(engine, "watch", layers=layers, rateHz=1000.0)
+    started, steps = time.monotonic(), 0
+    while time.monotonic() - started < 1.5:
+        step(model, steps)
+        steps += 1
+    forward = [e["layer"] for e in events if e["type"] == "summaries" and e["phase"] == "forward"]
+    assert set(forward) == set(layers), "every watched layer refreshes"
+    # At 1000 Hz every step would summarise every layer; the budget allows about one round here
+    # (a layer measured before the others may go twice while the round's cost is still unknown).
+    assert max(forward.count(layer) for layer in layers) <= 2 < steps, (steps, forward)
+    throttled = [e for e in events if e["type"] == "notice" and e.get("code") == "watchThrottled"]
+    assert len(throttled) == 1 and f"{len(layers)} watched layers" in throttled[0]["message"], throttled
+
+
 def test_unknown_layer_and_model_are_clear_errors(setup):
     _, engine, _ = setup
     with pytest.raises(ProtocolError) as info:

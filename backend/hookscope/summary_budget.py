@@ -1,0 +1,46 @@
+"""How often a watched layer is summarised: the panel's rate, slowed so summaries stay cheap.
+
+Each summary of a layer's tensors costs time in the training step (reductions, a
+histogram, one small host transfer); on big activations or a thousand layers, a round
+over every watched layer at the panel's 4 Hz can cost more than the steps themselves.
+The budget measures what each layer's summaries cost and stretches the interval
+between two summaries of a layer so that one round over all of them costs at most
+``share`` of the interval: every layer still refreshes, all at the same slower pace.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable
+
+DEFAULT_SHARE = 0.04
+"""Time spent summarising, as a share of the program's time (the performance target is +5%)."""
+_SMOOTHING = 0.3
+"""Weight of the newest measurement in each layer's running cost."""
+
+
+class SummaryBudget:
+    """Running cost per watched layer and phase, and the interval it allows."""
+
+    def __init__(self, share: float = DEFAULT_SHARE) -> None:
+        if not 0 < share < 1:
+            raise ValueError("share must be between 0 and 1")
+        self.share = share
+        self._cost: dict[Hashable, float] = {}
+
+    def record(self, key: Hashable, seconds: float) -> None:
+        """One summary of ``key`` (a layer and phase) took ``seconds``."""
+        old = self._cost.get(key)
+        self._cost[key] = seconds if old is None else old + _SMOOTHING * (seconds - old)
+
+    def forget(self, layer_key: Hashable) -> None:
+        """The layer is no longer watched (its keys are ``(layer_key, phase)``)."""
+        for key in [k for k in self._cost if isinstance(k, tuple) and k[:1] == (layer_key,)]:
+            del self._cost[key]
+
+    def round_cost(self) -> float:
+        """Seconds one summary of every watched layer costs."""
+        return sum(self._cost.values())
+
+    def interval(self, wanted: float) -> float:
+        """Seconds between two summaries of a layer: ``wanted``, or longer to keep within the share."""
+        return max(wanted, self.round_cost() / self.share)
