@@ -74,7 +74,7 @@ def _keep_handle_fix(analysis: DocumentAnalysis, registration: HookRegistration)
         return None
     hook = registration.call.args[-1] if registration.call.args else None
     base = f"{hook.id}_handle" if isinstance(hook, ast.Name) else "hook_handle"
-    taken = {n.id for n in ast.walk(analysis.tree) if isinstance(n, ast.Name)}
+    taken = {n.id for n in analysis.index.of(ast.Name)}  # the one indexed pass, not a walk per finding
     name, suffix = base, 2
     while name in taken:
         name, suffix = f"{base}{suffix}", suffix + 1
