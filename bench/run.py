@@ -40,7 +40,7 @@ HOOKSCOPE_MODES = {
 PEER_MODES = {
     "anomaly": "torch.autograd.set_detect_anomaly(True)",
     "hf": "transformers DebugUnderflowOverflow",
-    "torchlens": "TorchLens log_forward_pass(all activations) + step",
+    "torchlens": "TorchLens capturing all activations (trace) + step",
 }
 LABELS = {"plain": "plain Python, no debugger", "debugpy": "under debugpy, no Hookscope",
           **HOOKSCOPE_MODES, **PEER_MODES}

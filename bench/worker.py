@@ -45,6 +45,16 @@ def live_activation_bytes() -> tuple[int, int]:
     return count, size
 
 
+def torchlens_capture_all(model: torch.nn.Module, x: torch.Tensor) -> None:
+    """TorchLens keeping every activation of one forward pass (its 2.x verb, or the 1.x one)."""
+    import torchlens
+
+    if hasattr(torchlens, "trace"):
+        torchlens.trace(model, x)  # saves every layer's output by default
+    else:
+        torchlens.log_forward_pass(model, x, layers_to_save="all", vis_opt="none")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", required=True)
@@ -79,8 +89,7 @@ def main() -> None:
             sync()
             start = time.perf_counter()
             if args.mode == "torchlens":
-                import torchlens
-                torchlens.log_forward_pass(model, x, layers_to_save="all", vis_opt="none")
+                torchlens_capture_all(model, x)
             optimizer.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()
