@@ -4,7 +4,7 @@ Run by ``test_atheris.py`` with a small fixed budget, or by hand for longer:
 ``python tests/python/reliability/fuzz_atheris.py -atheris_runs=200000``.
 Any exception other than ``ProtocolError`` out of ``FrameReader.feed`` or
 ``protocol.validate`` is a crash; libFuzzer's ``-timeout`` catches hangs.
-Needs ``pip install atheris`` (not a project dependency).
+Needs atheris (in the dev extras on Linux x86_64, CPython <= 3.11).
 """
 
 from __future__ import annotations
