@@ -29,7 +29,7 @@ from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
 from hookscope.conditions import REPLAY, HookEvent
 from hookscope.nonfinite import NonFiniteWatch
 from hookscope.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
-from hookscope.summary_budget import SummaryBudget
+from hookscope.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, SummaryBudget
 
 log = logging.getLogger("hookscope")
 
@@ -57,7 +57,9 @@ class _LayerWatch:
 class Engine:
     """Hook state of one process; answers the agent's requests (see docs/ARCHITECTURE.md)."""
 
-    def __init__(self, emit: Callable[[dict], None], *, shapes: bool = True) -> None:
+    def __init__(self, emit: Callable[[dict], None], *, shapes: bool = True,
+                 summary_share: float = DEFAULT_SUMMARY_SHARE) -> None:
+        """``summary_share``: the share of the program's time watched layers' summaries may take."""
         self._emit_raw = emit
         self._lock = threading.RLock()
         self._indexes: dict[str, ModelIndex] = {}
@@ -80,7 +82,7 @@ class Engine:
         self._paused: dict[str, Any] | None = None
         self._interventions: Any = None
         self._compiled_noticed: set[str] = set()
-        self._budget = SummaryBudget()
+        self._budget = SummaryBudget(summary_share)
         self._budget_noticed = False
         self._stance_before_eager: str | None = None
         """dynamo's stance before setCompiledEager turned on force_eager (None: Hookscope did not change it)."""

@@ -20,6 +20,7 @@ from torch import nn
 from hookscope import agent as agent_mod
 from hookscope import codec, discovery, protocol
 from hookscope.agent import Agent, OutgoingQueue
+from hookscope.engine import Engine
 
 from reliability_support import hook_count, wait_until
 
@@ -97,7 +98,10 @@ def _run_load(answer_heartbeats: bool, extra_steps: int = 4) -> dict:
     model = deep_model()
     tracemalloc.start()
     editor = SlowEditor("tok", rate=128 * 1024, answer_heartbeats=answer_heartbeats)
-    a = Agent("127.0.0.1", editor.port, "tok", discover=False)
+    # The summary budget would keep this far below what overflows the queue (a round of 1,000
+    # summaries every ~25 rounds' time); let summaries take nearly all the time, as a huge watch would.
+    a = Agent("127.0.0.1", editor.port, "tok", discover=False,
+              engine_factory=lambda emit: Engine(emit, summary_share=0.99))
     a.queue = OutgoingQueue(limit=QUEUE_LIMIT)  # drops start after a step or two (the bound is what counts)
     tree = discovery.describe("m1", model, "deep")
     a._on_model_added("m1", model, tree)
