@@ -236,7 +236,7 @@ async def run(lines: int, rounds: int) -> int:
     print(f"Hookscope LSP latency: {end_line} lines, {lens_count} code lenses, {len(diagnostics)} diagnostics, "
           f"{rounds} rounds")
     print(f"{'request':<40} {'median ms':>10} {'p95 ms':>10} {'max ms':>10}")
-    cached_worst = 0.0
+    cached_worst = edit_worst = 0.0
     for name, samples, cached in (
         ("diagnostics after an edit", diag_after_edit, False),
         ("codeLens right after an edit", lens_after_edit, False),
@@ -247,8 +247,12 @@ async def run(lines: int, rounds: int) -> int:
         median, p95, top = summarize(samples)
         if cached:
             cached_worst = max(cached_worst, median)
+        else:
+            edit_worst = max(edit_worst, median)
         print(f"{name:<40} {median:>10.1f} {p95:>10.1f} {top:>10.1f}")
     print(f"target: requests on an analysed version, median < 50 ms -> {'met' if cached_worst < 50 else 'NOT met'}")
+    print(f"target: requests right after an edit (a fresh analysis), median < 50 ms -> "
+          f"{'met' if edit_worst < 50 else f'NOT met ({edit_worst:.0f} ms)'}")
     return 0 if cached_worst < 50 else 1
 
 
