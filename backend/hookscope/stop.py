@@ -1,8 +1,8 @@
 """The frame the debugger stops in when a layer breakpoint fires.
 
-The debugger pauses in the ``_stop_*`` function that asks for it (``_break_in``
-names that frame), so its parameters are the locals
-the user sees in the Variables view and the debug console (``layer``,
+The debugger pauses in the ``_stop_*`` function that calls ``_break_in``, so
+its parameters are the locals the user sees in the Variables view and the
+debug console (``layer``,
 ``module``, ``inputs``, ``output`` or ``grad_input``, ``grad_output``,
 ``reason``, ``stats``). This frame lives in the hookscope package: with
 ``justMyCode`` on, pydevd skips it unless the launch configuration has
@@ -116,8 +116,8 @@ def pause(event: HookEvent, reason: str, stats: list[dict[str, Any]]) -> None:
         _stop_forward(event.layer, event.module, event.inputs, event.output, reason, stats)
 
 
-def _break_in(frame: Any) -> None:
-    """``debugpy.breakpoint()``, pausing in ``frame`` (one of the ``_stop_*`` frames below).
+def _break_in() -> None:
+    """``debugpy.breakpoint()``, pausing in the caller's frame (one of the ``_stop_*`` frames below).
 
     ``debugpy.breakpoint()`` pauses in the first caller that is not a debugger file. In a
     subprocess debugpy follows (a DDP rank under torchrun, a child script), pydevd does not
@@ -133,7 +133,7 @@ def _break_in(frame: Any) -> None:
     if not debugpy.is_client_connected():
         return
     pydevd.settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
-                    stop_at_frame=frame, notify_stdin=False)
+                    stop_at_frame=sys._getframe(1), notify_stdin=False)
 
 
 # The three frames below are what the user sees. Keep their parameters named
@@ -141,17 +141,17 @@ def _break_in(frame: Any) -> None:
 
 def _stop_forward(layer: str, module: Any, inputs: Any, output: Any, reason: str,
                   stats: list[dict[str, Any]]) -> None:
-    _break_in(sys._getframe())
+    _break_in()
     return  # paused here: inspect layer, module, inputs, output, reason, stats
 
 
 def _stop_backward(layer: str, module: Any, grad_input: Any, grad_output: Any, reason: str,
                    stats: list[dict[str, Any]]) -> None:
-    _break_in(sys._getframe())
+    _break_in()
     return  # paused here: inspect layer, module, grad_input, grad_output, reason, stats
 
 
 def _stop_param_grad(layer: str, module: Any, param_name: str | None, param: Any, grad: Any,
                      reason: str, stats: list[dict[str, Any]]) -> None:
-    _break_in(sys._getframe())
+    _break_in()
     return  # paused here: inspect layer, module, param_name, param, grad, reason, stats

@@ -359,7 +359,8 @@ export class BackendHub {
         state.paused = event.pausing ? event : undefined;
         this.trace.event('hit', {
           process: state.id, pid: state.pid, rank: state.rank, worldSize: state.worldSize,
-          breakpoint: event.breakpoint, model: event.model, layer: event.layer, phase: event.phase, reason: event.reason, step: event.step, pausing: event.pausing, origin: event.origin,
+          breakpoint: event.breakpoint, model: event.model, layer: event.layer, phase: event.phase,
+          reason: event.reason, step: event.step, pausing: event.pausing, origin: event.origin,
           tensors: event.summaries.length,
         });
         this.options.log.info(`[${state.label}] ${event.reason}${event.pausing ? '' : ' (no debugger: logged)'}`);

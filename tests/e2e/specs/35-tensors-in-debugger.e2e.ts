@@ -7,6 +7,7 @@ import * as path from 'node:path';
 import { Debugger } from '../harness/debug.ts';
 import { hookscopeVsix, sessionSteps } from '../harness/hookscope.ts';
 import { EXAMPLES_DIR } from '../harness/paths.ts';
+import { imageHalvesLuma } from '../harness/images.ts';
 import { E2ERun } from '../harness/session.ts';
 import { TensorsPanel } from '../harness/tensorsPanel.ts';
 import { isEvent } from '../harness/trace.ts';
@@ -74,29 +75,7 @@ describe('tensors in the debugger views', function () {
     assert.deepEqual(shown.shape, [16, 16]);
     await trace.waitForEvent('inspect rendered', isEvent('inspect.render'), { after: shownAt, timeoutMs: 30_000 });
     const frame = await panel.show();
-    const img = frame.locator('[data-testid=inspect-section] img').first();
-    await img.waitFor({ timeout: 30_000 });
-    await frame.waitForFunction((el) => (el as HTMLImageElement).complete && (el as HTMLImageElement).naturalWidth > 0,
-      await img.elementHandle(), { timeout: 30_000 });
-    const halves = await img.evaluate((el) => {
-      const pic = el as HTMLImageElement;
-      const canvas = document.createElement('canvas');
-      canvas.width = pic.naturalWidth;
-      canvas.height = pic.naturalHeight;
-      const context = canvas.getContext('2d')!;
-      context.drawImage(pic, 0, 0);
-      const { data, width, height } = context.getImageData(0, 0, canvas.width, canvas.height);
-      let left = 0;
-      let right = 0;
-      for (let y = 0; y < height; y++) {
-        for (let x = 0; x < width; x++) {
-          const i = (y * width + x) * 4;
-          const luma = 0.299 * data[i] + 0.587 * data[i + 1] + 0.114 * data[i + 2];
-          if (x < width / 2) left += luma; else right += luma;
-        }
-      }
-      return { left: left / (width * height / 2), right: right / (width * height / 2), width, height };
-    });
+    const halves = await imageHalvesLuma(frame, '[data-testid=inspect-section] img');
     assert.ok(halves.width >= 16 && halves.height >= 16, JSON.stringify(halves));
     assert.ok(halves.right > halves.left + 60, `the 1.0 half is brighter than the 0.0 half: ${JSON.stringify(halves)}`);
     await workbench.screenshot('show-in-hookscope-slice');
