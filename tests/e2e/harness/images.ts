@@ -22,23 +22,6 @@ async function loadedImage(frame: Frame, selector: string): Promise<Locator> {
   return image;
 }
 
-export async function imageStats(frame: Frame, selector: string): Promise<ImageStats> {
-  const image = await loadedImage(frame, selector);
-  return image.evaluate((el) => {
-    const img = el as HTMLImageElement;
-    const canvas = document.createElement('canvas');
-    canvas.width = img.naturalWidth;
-    canvas.height = img.naturalHeight;
-    const context = canvas.getContext('2d')!;
-    context.drawImage(img, 0, 0);
-    const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
-    const colors = new Set<number>();
-    const step = Math.max(1, Math.floor(data.length / 4 / 4096)) * 4; // sample ~4096 pixels
-    for (let i = 0; i < data.length; i += step) colors.add((data[i] << 16) | (data[i + 1] << 8) | data[i + 2]);
-    return { naturalWidth: img.naturalWidth, naturalHeight: img.naturalHeight, distinctColors: colors.size, complete: img.complete };
-  });
-}
-
 export interface HalvesLuma {
   left: number;
   right: number;
@@ -46,8 +29,8 @@ export interface HalvesLuma {
   height: number;
 }
 
-/** Mean luma (0-255) of the left and right halves of a loaded <img>. */
-export async function imageHalvesLuma(frame: Frame, selector: string): Promise<HalvesLuma> {
+/** One read of a loaded <img>'s pixels: its size, sampled distinct colours, mean luma of each half. */
+async function pixelStats(frame: Frame, selector: string): Promise<ImageStats & HalvesLuma> {
   const image = await loadedImage(frame, selector);
   return image.evaluate((el) => {
     const img = el as HTMLImageElement;
@@ -57,6 +40,9 @@ export async function imageHalvesLuma(frame: Frame, selector: string): Promise<H
     const context = canvas.getContext('2d')!;
     context.drawImage(img, 0, 0);
     const { data, width, height } = context.getImageData(0, 0, canvas.width, canvas.height);
+    const colors = new Set<number>();
+    const step = Math.max(1, Math.floor(data.length / 4 / 4096)) * 4; // sample ~4096 pixels
+    for (let i = 0; i < data.length; i += step) colors.add((data[i] << 16) | (data[i + 1] << 8) | data[i + 2]);
     let left = 0;
     let right = 0;
     for (let y = 0; y < height; y++) {
@@ -68,6 +54,20 @@ export async function imageHalvesLuma(frame: Frame, selector: string): Promise<H
       }
     }
     const half = (width * height) / 2;
-    return { left: left / half, right: right / half, width, height };
+    return {
+      naturalWidth: img.naturalWidth, naturalHeight: img.naturalHeight, distinctColors: colors.size, complete: img.complete,
+      left: left / half, right: right / half, width, height,
+    };
   });
+}
+
+export async function imageStats(frame: Frame, selector: string): Promise<ImageStats> {
+  const { naturalWidth, naturalHeight, distinctColors, complete } = await pixelStats(frame, selector);
+  return { naturalWidth, naturalHeight, distinctColors, complete };
+}
+
+/** Mean luma (0-255) of the left and right halves of a loaded <img>. */
+export async function imageHalvesLuma(frame: Frame, selector: string): Promise<HalvesLuma> {
+  const { left, right, width, height } = await pixelStats(frame, selector);
+  return { left, right, width, height };
 }
