@@ -105,8 +105,10 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
         return;
       }
       case 'continued':
+        // Not a reason to mark Hookscope's processes resumed: debugpy may send this after the
+        // thread has already paused again at the next hit. The continue request (above) and the
+        // backend's own `resumed` event are what end a pause.
         this.log.event('dap.continued', { session: key });
-        this.resumeProcesses(key, session);
         this.continuedEmitter.fire(session);
         return;
       case 'terminated':
