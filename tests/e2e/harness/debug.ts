@@ -87,7 +87,11 @@ export class Debugger {
         rows = await this.callStack();
         if (rows.some((r) => pattern.test(r))) return rows;
         const more = this.workbench.viewPane('Call Stack').locator('.monaco-list-row', { hasText: 'Load More Stack Frames' });
-        if ((await more.count()) > 0) await more.first().click().catch(() => undefined);
+        if ((await more.count()) > 0) {
+          // A bounded click (an overlay such as a hover can make Playwright wait for the row to be
+          // clickable for the whole deadline), then the row's own click event as a fallback.
+          await more.first().click({ timeout: 2_000 }).catch(() => more.first().dispatchEvent('click').catch(() => undefined));
+        }
         return false;
       }, { timeoutMs: 30_000, ...options });
     } catch (err) {
