@@ -5,7 +5,10 @@ only ``json.loads`` the answers, as an editor does) and prints
 a table of median / p95 / max milliseconds for:
 
 - diagnostics after an edit (didChange -> publishDiagnostics, debounce off):
-  a fresh analysis of the new version plus all rules;
+  the analysis of the new version plus all rules, for typing at the end of
+  the file, typing inside a class in the middle, and a new line in the middle
+  (which moves every statement after it: the worst case of the incremental
+  re-parse);
 - code lenses right after an edit (analysis of the new version + lenses);
 - code lenses and hovers on an unchanged document (served from the cache);
 - resolving one screenful of lenses (the editor resolves only visible ones).
@@ -167,17 +170,21 @@ class RawClient:
         self.reader.cancel()
 
 
-def edit_at_end(uri: str, version: int, line: int) -> dict:
-    position = {"line": line, "character": 0}
+def insertion(uri: str, version: int, line: int, character: int, text: str) -> dict:
+    position = {"line": line, "character": character}
     return {
         "textDocument": {"uri": uri, "version": version},
-        "contentChanges": [{"range": {"start": position, "end": position}, "text": "#"}],
+        "contentChanges": [{"range": {"start": position, "end": position}, "text": text}],
     }
+
+
+def edit_at_end(uri: str, version: int, line: int) -> dict:
+    return insertion(uri, version, line, 0, "#")
 
 
 async def run(lines: int, rounds: int) -> int:
     text = generate(lines)
-    end_line = len(text.splitlines())
+    end_line = line_count = len(text.splitlines())
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big_model.py"
         path.write_text(text)
@@ -200,14 +207,25 @@ async def run(lines: int, rounds: int) -> int:
         hover_line = next(i for i, line in enumerate(text.splitlines()) if "self.conv1(x)" in line)
         hover_position = {"line": hover_line, "character": text.splitlines()[hover_line].index("conv1") + 1}
 
-        diag_after_edit, lens_after_edit, lens_cached, hover_cached, resolve_screen = [], [], [], [], []
+        lines_of_text = text.splitlines()
+        middle = next(i for i in range(len(lines_of_text) // 2, len(lines_of_text)) if "# main path" in lines_of_text[i])
+        middle_end = len(lines_of_text[middle])
+
+        diag_after_edit, diag_typing_middle, diag_newline_middle = [], [], []
+        lens_after_edit, lens_cached, hover_cached, resolve_screen = [], [], [], []
         version = 1
-        for _ in range(rounds):
-            version += 1
-            sent = time.perf_counter()
-            client.notify("textDocument/didChange", edit_at_end(uri, version, end_line))
-            await wait_for(lambda: published(version) is not None)
-            diag_after_edit.append((published(version)[0] - sent) * 1000)  # type: ignore[index]
+        for round_ in range(rounds):
+            for samples, change in (
+                (diag_after_edit, lambda v: edit_at_end(uri, v, end_line)),
+                (diag_typing_middle, lambda v: insertion(uri, v, middle, middle_end + round_, "x")),
+                (diag_newline_middle, lambda v: insertion(uri, v, middle + 1, 0, "\n")),
+            ):
+                version += 1
+                sent = time.perf_counter()
+                client.notify("textDocument/didChange", change(version))
+                await wait_for(lambda: published(version) is not None)
+                samples.append((published(version)[0] - sent) * 1000)  # type: ignore[index]
+            end_line += 1  # the new line in the middle moved the end down
         for _ in range(rounds):
             version += 1
             client.notify("textDocument/didChange", edit_at_end(uri, version, end_line))
@@ -233,12 +251,14 @@ async def run(lines: int, rounds: int) -> int:
         diagnostics = published(version)[1]["params"]["diagnostics"]  # type: ignore[index]
         await client.close()
 
-    print(f"Hookscope LSP latency: {end_line} lines, {lens_count} code lenses, {len(diagnostics)} diagnostics, "
+    print(f"Hookscope LSP latency: {line_count} lines, {lens_count} code lenses, {len(diagnostics)} diagnostics, "
           f"{rounds} rounds")
     print(f"{'request':<40} {'median ms':>10} {'p95 ms':>10} {'max ms':>10}")
-    cached_worst = edit_worst = 0.0
+    cached_worst = edit_worst = edit_worst_p95 = 0.0
     for name, samples, cached in (
-        ("diagnostics after an edit", diag_after_edit, False),
+        ("diagnostics after an edit at the end", diag_after_edit, False),
+        ("diagnostics after typing mid-file", diag_typing_middle, False),
+        ("diagnostics after a new line mid-file", diag_newline_middle, False),
         ("codeLens right after an edit", lens_after_edit, False),
         ("codeLens (cached analysis)", lens_cached, True),
         ("hover (cached analysis)", hover_cached, True),
@@ -248,11 +268,12 @@ async def run(lines: int, rounds: int) -> int:
         if cached:
             cached_worst = max(cached_worst, median)
         else:
-            edit_worst = max(edit_worst, median)
+            edit_worst, edit_worst_p95 = max(edit_worst, median), max(edit_worst_p95, p95)
         print(f"{name:<40} {median:>10.1f} {p95:>10.1f} {top:>10.1f}")
     print(f"target: requests on an analysed version, median < 50 ms -> {'met' if cached_worst < 50 else 'NOT met'}")
     print(f"target: requests right after an edit (a fresh analysis), median < 50 ms -> "
-          f"{'met' if edit_worst < 50 else f'NOT met ({edit_worst:.0f} ms)'}")
+          f"{'met' if edit_worst < 50 else f'NOT met ({edit_worst:.0f} ms)'}; "
+          f"p95 < 50 ms -> {'met' if edit_worst_p95 < 50 else f'NOT met ({edit_worst_p95:.0f} ms)'}")
     return 0 if cached_worst < 50 else 1
 
 

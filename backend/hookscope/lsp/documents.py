@@ -65,7 +65,7 @@ class DocumentCache:
         if current is not None and current.version == version and current.source == source:
             return current  # ``==`` on the same str object is an identity check: cheap
         try:
-            analysis = analyze(source)
+            analysis = analyze(source, current.analysis if current is not None else None)
         except Exception:  # an analysis bug must not take the server down: keep what we had
             log.exception("analysis failed for %s", uri)
             analysis = analyze("")

@@ -22,6 +22,7 @@ from .. import __version__
 from .config import DiagnosticSettings
 from .diagnostics import RULES, Finding, Severity
 from .documents import DocumentCache, DocumentState, RangeConverter
+from .gc_pause import collection_paused
 from .hovers import build_hover
 from .lenses import LensSet, build_lens_set
 from .live import LiveStore, parse_payload
@@ -93,7 +94,8 @@ class HookscopeLanguageServer(LanguageServer):
 
     def state(self, uri: str) -> DocumentState:
         document = self.workspace.get_text_document(uri)
-        return self.documents.get(uri, document.path, document.version, document.source)
+        with collection_paused():
+            return self.documents.get(uri, document.path, document.version, document.source)
 
     def converter(self, state: DocumentState) -> RangeConverter:
         return RangeConverter(self.workspace.position_codec, state.analysis.positions.lines)
@@ -109,7 +111,8 @@ class HookscopeLanguageServer(LanguageServer):
     def lens_set(self, uri: str) -> tuple[DocumentState, LensSet]:
         state = self.state(uri)
         if state.lenses is None or state.lenses[0] != self.live.generation:
-            lens_set = build_lens_set(state, self.converter(state), state.live_matches(self.live), self.document_key(uri))
+            with collection_paused():
+                lens_set = build_lens_set(state, self.converter(state), state.live_matches(self.live), self.document_key(uri))
             state.lenses = (self.live.generation, lens_set)
         return state, state.lenses[1]
 
@@ -129,8 +132,9 @@ class HookscopeLanguageServer(LanguageServer):
         self._pending.pop(uri, None)
         try:
             document = self.workspace.get_text_document(uri)
-            state = self.state(uri)
-            diagnostics = [] if state.stale else self.to_diagnostics(state)
+            with collection_paused():
+                state = self.state(uri)
+                diagnostics = [] if state.stale else self.to_diagnostics(state)
             self.text_document_publish_diagnostics(
                 types.PublishDiagnosticsParams(uri=uri, version=document.version, diagnostics=diagnostics)
             )

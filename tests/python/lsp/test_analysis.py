@@ -113,3 +113,10 @@ def test_settings_shapes_and_complaints():
     assert flat.severity("HS004") is None and flat.severity("HS002") is Severity.WARNING
     assert len(flat.problems) == 2
     assert DiagnosticSettings.from_settings(None).overrides == {}
+
+
+def test_a_form_feed_page_break_does_not_shift_the_lines_after_it():
+    # str.splitlines() would split at "\x0c"; Python and LSP do not: the hover's text is the layer's own
+    source = "import torch.nn as nn\n\x0c# page two\x0c of the file\nlayer = nn.Linear(1, 1)\n"
+    (definition,) = analyze(source).layers
+    assert (definition.line, definition.constructor_text) == (2, "nn.Linear(1, 1)")

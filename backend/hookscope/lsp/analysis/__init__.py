@@ -1,7 +1,9 @@
 """Pure source analysis for the language server (no LSP types, no torch).
 
-``analyze(source)`` parses a document tolerantly and finds its module
-classes, layer definitions and layer call sites.
+``analyze(source, previous)`` parses a document tolerantly and finds its
+module classes, layer definitions and layer call sites; given the previous
+version's analysis it re-parses and re-indexes only the top-level statements
+the edit touched (``incremental.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .incremental import reparse_changed
 from .layers import LayerFinder, find_module_classes
 from .model import LayerCall, LayerDefinition, ModuleClass
 from .source import ParsedSource, Positions, Span, parse_tolerant
@@ -56,14 +59,20 @@ class DocumentAnalysis:
             current = parents.get(id(current))
 
 
-def analyze(source: str) -> DocumentAnalysis:
-    """Analyse one document's text; never raises on bad input."""
-    parsed = parse_tolerant(source)
+def analyze(source: str, previous: DocumentAnalysis | None = None) -> DocumentAnalysis:
+    """Analyse one document's text; never raises on bad input.
+
+    ``previous`` (the analysis of the document's last version) only makes it
+    faster: the result is the same as without it.
+    """
+    parsed = reparse_changed(previous.parsed, source) if previous is not None else None
+    if parsed is None:
+        parsed = parse_tolerant(source)
     positions = Positions(parsed.lines)
     if parsed.tree is None:
         return DocumentAnalysis(parsed, positions, TorchNames(), {}, [], [])
     tree = parsed.tree
-    index = TreeIndex(tree)
+    index = TreeIndex(tree, previous.index if previous is not None else None)
     names = collect_torch_names(index)
     classes = find_module_classes(index, names)
     finder = LayerFinder(tree, index, names, classes, positions)

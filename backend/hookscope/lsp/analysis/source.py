@@ -104,9 +104,18 @@ class ParsedSource:
         return self.tree is not None and not self.repaired_lines
 
 
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+"""What ends a line for Python's tokenizer and for LSP positions; ``str.splitlines``
+also splits at form feeds and other separators, which would shift every position
+after a page break."""
+
+
 def split_lines(source: str) -> list[str]:
-    """Lines without their terminators (``\\r\\n``, ``\\n``, ``\\r``)."""
-    return source.splitlines() or [""]
+    """Lines without their terminators (``\\r\\n``, ``\\n``, ``\\r``); no empty last line."""
+    lines = LINE_BREAK.split(source)
+    if len(lines) > 1 and not lines[-1]:
+        lines.pop()
+    return lines
 
 
 COMPOUND_HEADERS = re.compile(r"^\s*(async\s+)?(def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b")

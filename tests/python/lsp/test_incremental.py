@@ -1,0 +1,98 @@
+"""Incremental analysis: after any edit, re-using the previous version gives the same result as a fresh analysis."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hookscope.lsp.analysis import analyze
+from hookscope.lsp.analysis.incremental import reparse_changed
+from hookscope.lsp.analysis.source import parse_tolerant
+from hookscope.lsp.diagnostics import find_problems
+
+FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))
+from lsp_bench import generate  # noqa: E402  (the benchmark's realistic 2,000-line generator)
+
+DOCUMENTS = [
+    (FIXTURES / "layers_all_styles.py").read_text(),
+    (FIXTURES / "live_model.py").read_text(),
+    *(path.read_text() for path in sorted((FIXTURES / "diagnostics").glob("*_bad.py"))),
+    generate(150),
+    "import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self):\n        super().__init__(); self.a = nn.ReLU(); self.b = nn.Linear(1, 1)\n"
+    "x = 1; y = nn.Conv2d(1, 1, 1)\nif x:\n    pass\n\n@staticmethod\ndef f():\n    pass\n",
+]
+
+SNIPPETS = ["x", "#", "\n", ")", "(", ":", "else:\n    pass\n", "@dec\n", "    ", '"""', "self.c = nn.ReLU()\n",
+            "class B(A):\n    def forward(self, x):\n        return self.a(x)\n", "; z = nn.GELU()", "\\\n", "\t", "é"]
+
+
+def fingerprint(analysis) -> tuple:
+    """Everything the features read, in comparable form."""
+    tree = ast.dump(analysis.tree, include_attributes=True) if analysis.tree is not None else None
+    calls = [(c.layer, c.attribute_span, c.call_span, c.method) for c in analysis.calls]
+    findings = [(f.code, f.span, f.message, f.escalated, f.fix) for f in find_problems(analysis)]
+    classes = {name: (c.bases, sorted(c.layers)) for name, c in analysis.classes.items()}
+    return tree, analysis.layers, calls, findings, classes, analysis.parsed.lines
+
+
+def apply(text: str, at: float, removed: int, inserted: str) -> str:
+    start = int(at * len(text))
+    return text[:start] + inserted + text[start + removed:]
+
+
+edits = st.lists(
+    st.tuples(st.floats(0, 1), st.integers(0, 40), st.sampled_from(SNIPPETS) | st.text(max_size=3)),
+    min_size=1, max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(document=st.sampled_from(DOCUMENTS), edit_chain=edits)
+def test_a_chain_of_edits_analyses_like_a_fresh_parse(document: str, edit_chain):
+    previous = analyze(document)
+    text = document
+    for at, removed, inserted in edit_chain:
+        text = apply(text, at, removed, inserted)
+        incremental = analyze(text, previous)
+        assert fingerprint(incremental) == fingerprint(analyze(text))
+        previous = incremental
+
+
+def test_typing_inside_a_statement_reparses_only_around_it():
+    document = generate(300)
+    before = parse_tolerant(document)
+    lines = document.splitlines()
+    target = next(i for i, line in enumerate(lines) if "self.head = nn.Linear" in line)
+    lines[target] = lines[target].replace("10)", "12)")
+    after = reparse_changed(before, "\n".join(lines) + "\n")
+    assert after is not None and after.clean
+    reused = sum(new is old for new, old in zip(after.tree.body, before.tree.body))
+    assert reused >= len(before.tree.body) - 3, "only the edited class and its neighbours are new nodes"
+    assert ast.dump(after.tree, include_attributes=True) == ast.dump(ast.parse("\n".join(lines)), include_attributes=True)
+
+
+def test_an_edit_that_breaks_the_region_falls_back_to_the_tolerant_parse():
+    document = "import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self):\n        self.a = nn.ReLU()\n"
+    before = analyze(document)
+    broken = document.replace("nn.ReLU()", "nn.ReLU(")
+    assert reparse_changed(before.parsed, broken) is None
+    after = analyze(broken, before)
+    assert after.tree is not None and after.parsed.repaired_lines
+    assert fingerprint(after) == fingerprint(analyze(broken))
+
+
+def test_an_else_or_a_decorator_typed_next_to_a_statement_joins_it_without_a_full_parse():
+    document = "x = 1\n\nif x:\n    pass\n\n\ndef f():\n    pass\n\ny = 2\n"
+    before = parse_tolerant(document)
+    for edited in (
+        document.replace("    pass\n\n\ndef", "    pass\nelse:\n    pass\n\ndef"),  # same line count: an else joins the if
+        document.replace("\n\ndef f", "\n@dec\ndef f"),  # a decorator joins the def
+    ):
+        after = reparse_changed(before, edited)
+        assert after is not None, edited
+        assert ast.dump(after.tree, include_attributes=True) == ast.dump(ast.parse(edited), include_attributes=True)
