@@ -8,7 +8,8 @@ a table of median / p95 / max milliseconds for:
   the analysis of the new version plus all rules, for typing at the end of
   the file, typing inside a class in the middle, and a new line in the middle
   (which moves every statement after it: the worst case of the incremental
-  re-parse);
+  re-parse), and a line mid-file becoming a syntax error (``if x`` with its
+  colon not typed yet);
 - code lenses right after an edit (analysis of the new version + lenses);
 - code lenses and hovers on an unchanged document (served from the cache);
 - resolving one screenful of lenses (the editor resolves only visible ones).
@@ -178,6 +179,11 @@ def insertion(uri: str, version: int, line: int, character: int, text: str) -> d
     }
 
 
+def replacement(uri: str, version: int, line: int, start: int, end: int, text: str) -> dict:
+    change = {"range": {"start": {"line": line, "character": start}, "end": {"line": line, "character": end}}, "text": text}
+    return {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]}
+
+
 def edit_at_end(uri: str, version: int, line: int) -> dict:
     return insertion(uri, version, line, 0, "#")
 
@@ -210,8 +216,9 @@ async def run(lines: int, rounds: int) -> int:
         lines_of_text = text.splitlines()
         middle = next(i for i in range(len(lines_of_text) // 2, len(lines_of_text)) if "# main path" in lines_of_text[i])
         middle_end = len(lines_of_text[middle])
+        comment_at = lines_of_text[middle].index("# main path")
 
-        diag_after_edit, diag_typing_middle, diag_newline_middle = [], [], []
+        diag_after_edit, diag_typing_middle, diag_newline_middle, diag_syntax_error = [], [], [], []
         lens_after_edit, lens_cached, hover_cached, resolve_screen = [], [], [], []
         version = 1
         for round_ in range(rounds):
@@ -219,12 +226,15 @@ async def run(lines: int, rounds: int) -> int:
                 (diag_after_edit, lambda v: edit_at_end(uri, v, end_line)),
                 (diag_typing_middle, lambda v: insertion(uri, v, middle, middle_end + round_, "x")),
                 (diag_newline_middle, lambda v: insertion(uri, v, middle + 1, 0, "\n")),
+                (diag_syntax_error, lambda v: replacement(uri, v, middle, comment_at, comment_at + 11, "if x       ")),
+                (None, lambda v: replacement(uri, v, middle, comment_at, comment_at + 11, "# main path")),
             ):
                 version += 1
                 sent = time.perf_counter()
                 client.notify("textDocument/didChange", change(version))
                 await wait_for(lambda: published(version) is not None)
-                samples.append((published(version)[0] - sent) * 1000)  # type: ignore[index]
+                if samples is not None:
+                    samples.append((published(version)[0] - sent) * 1000)  # type: ignore[index]
             end_line += 1  # the new line in the middle moved the end down
         for _ in range(rounds):
             version += 1
@@ -259,6 +269,7 @@ async def run(lines: int, rounds: int) -> int:
         ("diagnostics after an edit at the end", diag_after_edit, False),
         ("diagnostics after typing mid-file", diag_typing_middle, False),
         ("diagnostics after a new line mid-file", diag_newline_middle, False),
+        ("diagnostics with a syntax error mid-file", diag_syntax_error, False),
         ("codeLens right after an edit", lens_after_edit, False),
         ("codeLens (cached analysis)", lens_cached, True),
         ("hover (cached analysis)", hover_cached, True),

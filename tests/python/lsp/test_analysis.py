@@ -120,3 +120,28 @@ def test_a_form_feed_page_break_does_not_shift_the_lines_after_it():
     source = "import torch.nn as nn\n\x0c# page two\x0c of the file\nlayer = nn.Linear(1, 1)\n"
     (definition,) = analyze(source).layers
     assert (definition.line, definition.constructor_text) == (2, "nn.Linear(1, 1)")
+
+
+def test_a_header_that_a_colon_does_not_repair_is_neutralised_in_place_and_the_class_keeps_its_layers():
+    source = """
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(1, 1, 1)
+                try:
+                    self.fc = nn.Linear(1, 1)
+                except ValueError TypeError
+                    pass
+
+            def forward(self, x):
+                if x x
+                    x = self.conv(x)
+                return self.fc(x)
+    """
+    analysis = analyze(textwrap.dedent(source))
+    assert analysis.tree is not None
+    assert sorted(analysis.parsed.repaired_lines) == [9, 13]
+    assert [d.path for d in analysis.layers] == ["conv", "fc"]
+    assert [c.layer.path for c in analysis.calls] == ["conv", "fc"]

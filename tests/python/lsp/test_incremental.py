@@ -58,8 +58,12 @@ def test_a_chain_of_edits_analyses_like_a_fresh_parse(document: str, edit_chain)
     text = document
     for at, removed, inserted in edit_chain:
         text = apply(text, at, removed, inserted)
-        incremental = analyze(text, previous)
-        assert fingerprint(incremental) == fingerprint(analyze(text))
+        incremental, fresh = analyze(text, previous), analyze(text)
+        if fresh.parsed.clean:
+            assert fingerprint(incremental) == fingerprint(fresh)
+        else:  # best effort either way; the incremental one repairs only the edited region
+            assert (incremental.tree is None) == (fresh.tree is None)
+            find_problems(incremental)
         previous = incremental
 
 
@@ -76,14 +80,34 @@ def test_typing_inside_a_statement_reparses_only_around_it():
     assert ast.dump(after.tree, include_attributes=True) == ast.dump(ast.parse("\n".join(lines)), include_attributes=True)
 
 
-def test_an_edit_that_breaks_the_region_falls_back_to_the_tolerant_parse():
+def test_a_syntax_error_typed_mid_file_is_repaired_locally_and_the_other_classes_keep_their_layers():
+    document = generate(600)
+    lines = document.splitlines()
+    middle = next(i for i in range(len(lines) // 2, len(lines)) if "# main path" in lines[i])
+    before = analyze(document)
+    broken_lines = list(lines)
+    broken_lines[middle] = "        if x"  # colon not typed yet
+    broken = "\n".join(broken_lines) + "\n"
+    after = analyze(broken, before)
+    assert after.parsed.repaired_lines[0] == middle and all(
+        middle <= line <= middle + 2 for line in after.parsed.repaired_lines
+    ), "the header got its colon; the body under it may become `pass`"
+    assert len(after.layers) == len(before.layers), "no class lost its layers"
+    kept = sum(new is old for new, old in zip(after.tree.body, before.tree.body))
+    assert kept >= len(before.tree.body) - 3
+    # typing on, the repaired version is re-used: the region covers the repaired line
+    broken_lines[middle] = "        if x:"
+    fixed = "\n".join(broken_lines) + "\n" + "        pass\n"
+    assert reparse_changed(after.parsed, "\n".join(broken_lines) + "\n") is not None
+    assert fingerprint(analyze(fixed, after)) == fingerprint(analyze(fixed))
+
+
+def test_a_region_that_cannot_be_repaired_falls_back_to_the_whole_file():
     document = "import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self):\n        self.a = nn.ReLU()\n"
     before = analyze(document)
-    broken = document.replace("nn.ReLU()", "nn.ReLU(")
-    assert reparse_changed(before.parsed, broken) is None
+    broken = document.replace("nn.ReLU()", 'nn.ReLU("""')  # an unterminated string swallows the rest
     after = analyze(broken, before)
-    assert after.tree is not None and after.parsed.repaired_lines
-    assert fingerprint(after) == fingerprint(analyze(broken))
+    assert (after.tree is None) == (analyze(broken).tree is None)
 
 
 def test_an_else_or_a_decorator_typed_next_to_a_statement_joins_it_without_a_full_parse():

@@ -13,30 +13,36 @@ the first changed line (an ``else:`` typed after an ``if`` joins it) to the
 statement after the last changed line (a decorator typed above a ``def``
 joins it). When the edit adds or removes lines, every statement after it
 would move, so the region then runs to the end of the file (parsing C-fast
-beats renumbering nodes in Python). Whenever the region does not parse on its
-own, the caller parses the whole file (tolerantly) as before.
+beats renumbering nodes in Python).
+
+A region with a syntax error (the user is mid-way through typing ``if x``) is
+repaired on its own by ``parse_tolerant``, so the error stays local and the
+rest of the file keeps its layers; the next edit may re-use that version as
+long as its region covers every repaired line. When the region cannot be
+parsed even so, the caller parses the whole file tolerantly.
 """
 
 from __future__ import annotations
 
 import ast
 
-from .source import ParsedSource, split_lines
+from .source import ParsedSource, parse_tolerant, split_lines
 
 
 def reparse_changed(previous: ParsedSource, source: str) -> ParsedSource | None:
     """``source`` parsed by re-using ``previous``'s unchanged statements, or None.
 
-    None means "parse the whole file": the previous parse was not clean,
-    nothing can be re-used, or the changed region does not parse by itself.
+    None means "parse the whole file": nothing can be re-used, a line the
+    previous parse repaired lies outside the region, or the region does not
+    parse even tolerantly.
     """
     old_tree = previous.tree
-    if old_tree is None or previous.repaired_lines or not old_tree.body:
+    if old_tree is None or not old_tree.body:
         return None
     old_lines, new_lines = previous.lines, split_lines(source)
     first_changed, old_end, new_end = _changed_lines(old_lines, new_lines)
-    if first_changed == old_end == new_end:
-        return ParsedSource(old_tree, new_lines, ())  # the same lines (e.g. only a final newline changed)
+    if first_changed == old_end == new_end:  # the same lines (e.g. only a final newline changed)
+        return ParsedSource(old_tree, new_lines, previous.repaired_lines)
     body = old_tree.body
     starts = [_start_line(statement) for statement in body]
     ends = [statement.end_lineno - 1 for statement in body]  # type: ignore[operator]
@@ -49,15 +55,26 @@ def reparse_changed(previous: ParsedSource, source: str) -> ParsedSource | None:
     while last is not None and last + 1 < len(body) and starts[last + 1] <= ends[last]:
         last += 1
     region_start = min(starts[first], first_changed)
-    region_end = ends[last] + 1 if last is not None else len(new_lines)  # exclusive, in new lines
+    region_old_end = ends[last] + 1 if last is not None else len(old_lines)  # exclusive
+    if any(not region_start <= line < region_old_end for line in previous.repaired_lines):
+        return None
+    region_end = region_old_end + line_shift if last is not None else len(new_lines)  # exclusive, in new lines
+    # Blank lines in front keep the region's line numbers those of the whole file.
     snippet = "\n" * region_start + "\n".join(new_lines[region_start:region_end])
-    try:
-        region = ast.parse(snippet)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    region, repaired = _parse_region(snippet)
+    if region is None:
         return None
     kept_after = body[last + 1:] if last is not None else []
     tree = ast.Module(body=body[:first] + region.body + kept_after, type_ignores=[])
-    return ParsedSource(tree, new_lines, ())
+    return ParsedSource(tree, new_lines, repaired)
+
+
+def _parse_region(snippet: str) -> tuple[ast.Module | None, tuple[int, ...]]:
+    try:
+        return ast.parse(snippet), ()
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        repaired = parse_tolerant(snippet)
+        return repaired.tree, repaired.repaired_lines
 
 
 def _changed_lines(old: list[str], new: list[str]) -> tuple[int, int, int]:

@@ -118,6 +118,11 @@ def split_lines(source: str) -> list[str]:
     return lines
 
 
+NEUTRAL_HEADERS = {"elif": "elif True:", "else": "else:", "try": "try:", "except": "except Exception:",
+                   "finally": "finally:", "match": "match 0:", "case": "case _:"}
+"""A header that cannot be repaired keeps its place in the statement it belongs to;
+the others (``def``, ``class``, ``if``, ``for``, ``while``, ``with``) become ``if True:``."""
+
 COMPOUND_HEADERS = re.compile(r"^\s*(async\s+)?(def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b")
 
 
@@ -127,8 +132,10 @@ def parse_tolerant(source: str) -> ParsedSource:
     Repairs, in order: a compound statement header missing its colon gets one;
     an unexpectedly indented line is replaced by ``pass`` at the indentation of
     the line before; any other failing line becomes ``pass``. When the same
-    line fails again, the nearest earlier line is blanked (an unclosed bracket
-    is usually reported after the line that opened it).
+    line fails again, it is neutralised itself first (a header becomes
+    ``if True:`` so its block stays a block, ``if x y`` is no condition even
+    with a colon), and only then the nearest earlier line is blanked (an
+    unclosed bracket is usually reported after the line that opened it).
     """
     lines = split_lines(source)
     try:
@@ -145,7 +152,9 @@ def parse_tolerant(source: str) -> ParsedSource:
             line = _failing_line(error, len(working))
             if line is None:
                 break
-            if line in touched:
+            if line in touched and working[line] != _neutral_line(lines[line]):
+                working[line] = _neutral_line(lines[line])
+            elif line in touched:
                 line = _previous_untouched(working, touched, line)
                 if line is None:
                     break
@@ -197,5 +206,10 @@ def _indent(text: str) -> str:
 
 
 def _neutral_line(text: str) -> str:
-    """Keep the indentation so the surrounding block stays valid."""
-    return f"{_indent(text)}pass" if text.strip() else text
+    """Keep the indentation (and a header's block) so the surrounding code stays valid."""
+    if not text.strip():
+        return text
+    header = COMPOUND_HEADERS.match(text)
+    if header:
+        return f"{_indent(text)}{NEUTRAL_HEADERS.get(header.group(2), 'if True:')}"
+    return f"{_indent(text)}pass"
