@@ -23,6 +23,9 @@ Steady state (per model root, no per-layer hook)
       was not seen (the loss did not flow through the root's output): same
       check, before the optimizer consumes the gradients.
     Cost: two root hooks, a buffer copy and two syncs per step, whatever the depth.
+    The parameter and buffer lists come from ``module_tensors.ModuleTensors``
+    (no module-tree walk per step); a non-finite gradient norm is confirmed
+    element-wise before it counts (a huge finite gradient can overflow a norm).
 
 On a bad step: exact replay
     The forward is re-run on the same inputs with the RNG state and the
@@ -71,6 +74,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
                                   describe_counts, nonfinite_counts)
+from hookscope.module_tensors import STRUCTURE, ModuleTensors
 from hookscope.stop import BreakpointHit
 from hookscope.summaries import all_finite, iter_tensors
 
@@ -81,21 +85,29 @@ NoticeFn = Callable[[str, str, str], None]
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):  # the common case, without the generic walk
+        return [value]
     return [t for _, t in iter_tensors(value, "")]
 
 
 def _grads_finite(tensors: list[torch.Tensor]) -> bool:
-    """One ``_foreach_norm`` and one host sync: are all these gradients finite?"""
+    """One ``_foreach_norm`` and one host sync: are all these gradients finite?
+
+    A norm overflows to Inf for huge finite values (fp16 gradients above ~256
+    per element already can), so a non-finite norm is confirmed element-wise
+    before anyone is told; that costs only on the rare suspicious step.
+    """
     floats = [t for t in tensors if t.is_floating_point() and t.numel()]
     if not floats:
         return True
+    device = floats[0].device
+    if all(t.device == device for t in floats):
+        return bool(torch.isfinite(torch.stack(torch._foreach_norm(floats))).all()) or all_finite(floats)
     by_device: dict[torch.device, list[torch.Tensor]] = {}
     for t in floats:
         by_device.setdefault(t.device, []).append(t)
     flags = [torch.isfinite(torch.stack(torch._foreach_norm(group))).all() for group in by_device.values()]
-    if len(flags) == 1:
-        return bool(flags[0])
-    return bool(torch.stack([f.cpu() for f in flags]).all())
+    return bool(torch.stack([f.cpu() for f in flags]).all()) or all_finite(floats)
 
 
 def _depth(name: str) -> int:
@@ -109,6 +121,7 @@ class RootSentinel:
                  step_of: Callable[[str], int]) -> None:
         self.model_id = model_id
         self.root = root
+        self.tensors = ModuleTensors(root)
         self._fire = fire
         self._notice = notice
         self._step_of = step_of
@@ -130,10 +143,13 @@ class RootSentinel:
 
     def install(self) -> None:
         self.active = True
+        STRUCTURE.acquire()
         self.handles = [self.root.register_forward_pre_hook(self._pre, with_kwargs=True),
                         self.root.register_forward_hook(self._post, with_kwargs=True)]
 
     def remove(self) -> int:
+        if self.active:
+            STRUCTURE.release()
         self.active = False
         for handle in self.handles:
             handle.remove()
@@ -161,7 +177,7 @@ class RootSentinel:
             self._error("snapshot", exc)
 
     def _snapshot_buffers(self) -> None:
-        buffers = [b for b in self.root.buffers()]
+        buffers = self.tensors.buffers()
         snap = self._buffer_snapshot
         if len(snap) == len(buffers) and all(s.shape == b.shape and s.dtype == b.dtype
                                              and s.device == b.device for s, b in zip(snap, buffers)):
@@ -217,7 +233,7 @@ class RootSentinel:
     def check_gradients(self, replay: bool) -> None:
         """The end-of-backward check (one _foreach_norm, one sync); investigate when bad."""
         self._backward_checked = True
-        grads = [p.grad for p in self.root.parameters() if p.grad is not None]
+        grads = self.tensors.grads()
         root_grads = [g for g in self._root_grads if g is not None]
         if _grads_finite(grads + root_grads):
             self._latched = False
@@ -254,7 +270,7 @@ class RootSentinel:
         """Put RNG and buffers back as at the forward-pre; put the post-step state back after."""
         cpu_now = torch.get_rng_state()
         cuda_now = torch.cuda.get_rng_state_all() if self._cuda_rng is not None else None
-        buffers = [b.data for b in self.root.buffers()]  # .data: no version bump for autograd
+        buffers = [b.data for b in self.tensors.buffers()]  # .data: no version bump for autograd
         buffers_now = [b.clone() for b in buffers]
         if self._cpu_rng is not None:
             torch.set_rng_state(self._cpu_rng)

@@ -113,4 +113,8 @@ def hooks_left(model: nn.Module) -> list[str]:
     from torch.optim import optimizer
     if optimizer._global_optimizer_pre_hooks:
         left.append("global optimizer pre hooks")
+    from torch.nn.modules import module as torch_module
+    for kind in ("module", "parameter", "buffer"):
+        if getattr(torch_module, f"_global_{kind}_registration_hooks"):
+            left.append(f"global {kind} registration hooks")
     return left

@@ -1,0 +1,103 @@
+"""A model's parameters and buffers, without walking its module tree every step.
+
+``Module.parameters()`` and ``buffers()`` walk the tree through nested
+generators on every call: about a microsecond per module, and several under a
+debugger, which sees every generator resume. Break on NaN asks for both on
+every step, so the list of modules is kept and walked again only after a
+change: torch's global registration hooks (a module, parameter or buffer
+assigned anywhere) bump a generation counter, and because a few changes
+bypass them (``Sequential.insert`` writes ``_modules`` directly, ``del
+model.block``), the list is also rebuilt every ``REFRESH_EVERY`` uses.
+Parameters and buffers are read from each module's dicts at every call, so
+replaced tensors (``model.half()``, a re-assigned buffer) are always current.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as torch_module
+
+REFRESH_EVERY = 64
+"""Uses between full rebuilds, for structure changes no registration hook reports."""
+
+
+class StructureWatch:
+    """The global registration hooks, held while any cache needs them."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._handles: list[Any] = []
+        self._users = 0
+
+    def acquire(self) -> None:
+        self._users += 1
+        if self._handles:
+            return
+        bump = self._bump
+        self._handles = [torch_module.register_module_module_registration_hook(bump),
+                         torch_module.register_module_parameter_registration_hook(bump),
+                         torch_module.register_module_buffer_registration_hook(bump)]
+
+    def release(self) -> int:
+        """Drop one user; returns how many hooks were removed (all, with the last user)."""
+        self._users = max(self._users - 1, 0)
+        if self._users or not self._handles:
+            return 0
+        for handle in self._handles:
+            handle.remove()
+        count, self._handles = len(self._handles), []
+        return count
+
+    def _bump(self, module: nn.Module, name: str, value: Any) -> None:
+        self.generation += 1  # returns None: the registered value is left as it is
+
+
+STRUCTURE = StructureWatch()
+
+
+class ModuleTensors:
+    """The parameters and buffers of one root module, current at every call."""
+
+    def __init__(self, root: nn.Module, structure: StructureWatch = STRUCTURE) -> None:
+        self.root = root
+        self._structure = structure
+        self._modules: list[nn.Module] = []
+        self._generation = -1
+        self._uses = 0
+        self._shared = False
+        """Some parameter or buffer is registered in two modules (tied weights)."""
+
+    def modules(self) -> list[nn.Module]:
+        self._uses += 1
+        if self._generation != self._structure.generation or self._uses > REFRESH_EVERY:
+            self._generation, self._uses = self._structure.generation, 0
+            self._modules = list(self.root.modules())
+            tensors = [t for m in self._modules for d in (m._parameters, m._buffers) for t in d.values() if t is not None]
+            self._shared = len({id(t) for t in tensors}) != len(tensors)
+        return self._modules
+
+    def parameters(self) -> list[nn.Parameter]:
+        """Every parameter once (a weight tied between two layers is listed once)."""
+        params = [p for m in self.modules() for p in m._parameters.values() if p is not None]
+        return _unique(params) if self._shared else params
+
+    def grads(self) -> list[torch.Tensor]:
+        # One comprehension, no helper calls: this runs every step, and under a
+        # debugger every Python frame costs a trace event.
+        modules = self.modules()
+        if self._shared:
+            return [p.grad for p in self.parameters() if p.grad is not None]
+        return [p.grad for m in modules for p in m._parameters.values() if p is not None and p.grad is not None]
+
+    def buffers(self) -> list[torch.Tensor]:
+        buffers = [b for m in self.modules() for b in m._buffers.values() if b is not None]
+        return _unique(buffers) if self._shared else buffers
+
+
+def _unique(tensors: list) -> list:
+    """Drop repeats by identity, keeping order."""
+    seen: set[int] = set()
+    return [t for t in tensors if id(t) not in seen and not seen.add(id(t))]  # type: ignore[func-returns-value]
