@@ -195,3 +195,15 @@ def test_no_hooks_when_off_and_none_left_after_turning_off():
     assert sum(bool(m._forward_hooks) for m in model.modules()) == 1  # the root only: no per-layer hooks
     engine.set_break_on_nonfinite(False)
     assert hooks_left(model) == []
+
+
+def test_the_gradient_check_is_exact_where_a_norm_overflows_and_for_odd_dtypes():
+    from hookscope.nonfinite import _grads_finite
+    big = torch.full((64,), 60000.0, dtype=torch.half)  # finite, but its norm is far above fp16's max
+    assert torch.isinf(torch._foreach_norm([big])[0])
+    assert _grads_finite([big, torch.ones(3)])
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        assert not _grads_finite([torch.ones(3), torch.tensor([1.0, bad]), big])
+    assert _grads_finite([])
+    assert _grads_finite([torch.ones(2), torch.arange(3)])  # an integer tensor falls back, and is skipped
+    assert not _grads_finite([torch.tensor([float("nan")]), torch.arange(3)])
