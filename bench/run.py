@@ -30,6 +30,8 @@ from hookscope import bootstrap  # noqa: E402
 from hookscope.dap_client import DapClient  # noqa: E402
 from hookscope.editor_link import EditorLink  # noqa: E402
 
+from configs import SIDE_BY_SIDE, requests_for  # noqa: E402
+
 MODELS = ["cnn", "transformer", "resnet18", "stack10", "stack100", "stack1000"]
 HOOKSCOPE_MODES = {
     "hookscope-idle": "Hookscope connected, nothing watched",
@@ -42,8 +44,10 @@ PEER_MODES = {
     "hf": "transformers DebugUnderflowOverflow",
     "torchlens": "TorchLens capturing all activations (trace) + step",
 }
+SIDE_BY_SIDE_MODE = "hookscope-side-by-side"
 LABELS = {"plain": "plain Python, no debugger", "debugpy": "under debugpy, no Hookscope",
-          **HOOKSCOPE_MODES, **PEER_MODES}
+          **HOOKSCOPE_MODES, **PEER_MODES,
+          SIDE_BY_SIDE_MODE: "Hookscope configurations side by side in one process"}
 
 
 def configure(mode: str, link: EditorLink, expected_models: int, timeout: float = 120.0) -> None:
@@ -53,16 +57,13 @@ def configure(mode: str, link: EditorLink, expected_models: int, timeout: float 
     deadline = time.monotonic() + timeout
     while len(models) < expected_models:
         models.append(conn.wait_event("modelAdded", timeout=max(1.0, deadline - time.monotonic()))["model"])
-    if mode == "hookscope-nonfinite":
-        conn.request("setBreakOnNonFinite", enabled=True)
-    elif mode == "hookscope-summaries":
-        for model in models:
-            layers = [m["name"] for m in model["modules"] if m["name"]]
-            conn.request("watch", model=model["id"], layers=layers, rateHz=4.0)
-    elif mode == "hookscope-condbp":
-        conn.request("setBreakpoints", breakpoints=[{
-            "id": "never", "layer": "*", "phases": ["forward", "backward"],
-            "condition": {"kind": "absmax_above", "threshold": 1e30}}])
+    config = mode.removeprefix("hookscope-")
+    if config not in SIDE_BY_SIDE:  # the side-by-side row configures itself, step by step
+        return
+    for model in models:
+        layers = [m["name"] for m in model["modules"] if m["name"]]
+        for request in requests_for(config, model["id"], layers):
+            conn.request(request.pop("type"), **request)
 
 
 def run_row(mode: str, python: str, models: list[str], args: argparse.Namespace, tmp: Path) -> dict:
@@ -179,6 +180,8 @@ def render_markdown(rows: dict, models: list[str], args: argparse.Namespace, sid
         "|---|" + "---|" * len(models),
     ]
     for mode, row in rows.items():
+        if mode == SIDE_BY_SIDE_MODE:
+            continue
         cells = []
         for model in models:
             if isinstance(row, str):
@@ -208,6 +211,7 @@ def render_markdown(rows: dict, models: list[str], args: argparse.Namespace, sid
                 else:
                     cells.append("–")
             lines.append(f"| {LABELS[mode]} | " + " | ".join(cells) + " |")
+    lines += side_by_side_markdown(rows.get(SIDE_BY_SIDE_MODE), models)
     lines += ["", "## Memory", "", "| row | peak RSS | tensors alive after the run (not parameters) |",
               "|---|---|---|"]
     for mode, row in rows.items():
@@ -217,6 +221,37 @@ def render_markdown(rows: dict, models: list[str], args: argparse.Namespace, sid
     for name, text in side.items():
         lines += ["", f"## {name}", "", "```", text, "```"]
     return "\n".join(lines) + "\n"
+
+
+def side_by_side_markdown(row: dict | str | None, models: list[str]) -> list[str]:
+    """The side-by-side row: each configuration against 'nothing watched' in the same process."""
+    if row is None:
+        return []
+    lines = ["", "## Side by side: one process under debugpy, configurations alternating step by step", "",
+             "The rows above run one after another, so a machine's drift over minutes shows in their ratios. "
+             "Here one process alternates the configurations every step (order rotated each round); ratios "
+             "divide by 'nothing watched' measured in the same rounds.", ""]
+    if isinstance(row, str):
+        return lines + [row]
+    lines += ["| configuration | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    for config in SIDE_BY_SIDE:
+        cells = []
+        for model in models:
+            times = row["results"][model]
+            t, idle = times[config]["median_s"], times["idle"]["median_s"]
+            cells.append(f"{t * 1e3:.2f} ms · **{t / idle:.2f}×**")
+        lines.append(f"| {LABELS[f'hookscope-{config}']} | " + " | ".join(cells) + " |")
+    stacks = [m for m in models if m.startswith("stack")]
+    if stacks:
+        lines += ["", "| µs per layer per step (side by side) | " + " | ".join(stacks) + " |",
+                  "|---|" + "---|" * len(stacks)]
+        for config in SIDE_BY_SIDE[1:]:
+            cells = []
+            for model in stacks:
+                times, n = row["results"][model], int(model.removeprefix("stack"))
+                cells.append(f"{(times[config]['median_s'] - times['idle']['median_s']) / n * 1e6:.1f}")
+            lines.append(f"| {LABELS[f'hookscope-{config}']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 if __name__ == "__main__":

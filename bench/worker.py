@@ -4,6 +4,11 @@ Run plainly or under the debugpy adapter by ``bench/run.py``; the Hookscope
 rows differ only in what the stand-in editor asked the agent to do before
 ``--ready-file`` appeared. Peers (detect_anomaly, DebugUnderflowOverflow,
 TorchLens) are switched on here by ``--mode``.
+
+``--mode hookscope-side-by-side`` measures the Hookscope configurations in
+ONE process, alternating them step by step (nothing watched, break on NaN,
+summaries, never-true breakpoints) through the agent's engine, so that a
+machine's drift over minutes, which separate rows cannot escape, cancels out.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 import torch
 
 import models
+from configs import SIDE_BY_SIDE, requests_for
 
 
 def wait_for(path: str, timeout: float = 120.0) -> None:
@@ -77,6 +83,9 @@ def main() -> None:
     if args.mode == "anomaly":
         torch.autograd.set_detect_anomaly(True)
     results: dict[str, dict] = {}
+    if args.mode == "hookscope-side-by-side":
+        results = side_by_side(built, args.steps, args.warmup, args.device)
+        built = {}
     for name, (model, batch, loss_fn) in built.items():
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
         if args.mode == "hf":
@@ -104,6 +113,50 @@ def main() -> None:
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "live_tensors": count, "live_tensor_bytes": size}
     Path(args.out).write_text(json.dumps(out))
+
+
+def side_by_side(built: dict, steps: int, warmup: int, device: str) -> dict[str, dict]:
+    """Median step time per configuration and model, the configurations alternating step by step."""
+    from hookscope import agent
+
+    deadline = time.monotonic() + 60
+    while (agent.current() is None or agent.current().engine is None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine = agent.current().engine if agent.current() is not None else None
+    if engine is None:
+        raise RuntimeError("the Hookscope agent did not connect")
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    results: dict[str, dict] = {}
+    for name, (model, batch, loss_fn) in built.items():
+        model_id = engine.model_id_of(model)
+        layers = [n for n, _ in model.named_modules() if n]
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+        def step() -> float:
+            x, y = batch()
+            sync()
+            start = time.perf_counter()
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+            sync()
+            return time.perf_counter() - start
+
+        times: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
+        for round_ in range(warmup + steps):
+            # rotate the order, so no configuration always follows the same one
+            order = SIDE_BY_SIDE[round_ % len(SIDE_BY_SIDE):] + SIDE_BY_SIDE[:round_ % len(SIDE_BY_SIDE)]
+            for config in order:
+                for request in requests_for(config, model_id, layers):
+                    engine.handle(request)
+                step()  # the first step after a change pays for installing hooks: not timed
+                elapsed = step()
+                if round_ >= warmup:
+                    times[config].append(elapsed)
+        for request in requests_for("idle", model_id, layers):
+            engine.handle(request)
+        results[name] = {config: {"median_s": statistics.median(t), "steps": len(t)} for config, t in times.items()}
+    return results
 
 
 if __name__ == "__main__":

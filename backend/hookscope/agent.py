@@ -238,6 +238,12 @@ class Agent:
         return self._connected.is_set()
 
     @property
+    def engine(self) -> EngineLike | None:
+        """The engine once connected with torch loaded (None before); in-process tools such as
+        the benchmark's side-by-side row drive it directly."""
+        return self._engine
+
+    @property
     def refused(self) -> str | None:
         """Why the editor refused this agent for good (wrong token, protocol mismatch)."""
         return self._refused

@@ -15,6 +15,8 @@ removes itself. ``shutdown()`` removes every hook and returns the count.
 
 from __future__ import annotations
 
+import collections
+
 import logging
 import math
 import threading
@@ -34,6 +36,10 @@ from hookscope.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, Sum
 log = logging.getLogger("hookscope")
 
 DEFAULT_RATE_HZ = 4.0
+RENDERED_LAYERS_KEPT = 4
+"""Layers whose last output is kept for the panel's images: the most recently rendered few.
+A watch alone keeps nothing: holding every watched layer's output would keep a whole
+forward pass of activations alive into the next step (an OOM risk on a GPU)."""
 NONFINITE_ID = "nonfinite"
 
 
@@ -79,6 +85,8 @@ class Engine:
         self._captures: dict[tuple[str, str], _LayerWatch] = {}
         self._last: dict[tuple[str, str], dict[str, Any]] = {}
         self._last_output: dict[tuple[str, str], Any] = {}
+        self._rendered: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        """(model, layer) of the last RENDERED_LAYERS_KEPT layers the panel rendered, oldest first."""
         self._paused: dict[str, Any] | None = None
         self._interventions: Any = None
         self._compiled_noticed: set[str] = set()
@@ -107,6 +115,11 @@ class Engine:
         # Breakpoints set before the model existed (the usual order) are told too.
         self._warn_if_compiled([layer for entry in resolved for layer in entry.get("layers") or []])
 
+    def model_id_of(self, model: nn.Module) -> str | None:
+        """The id this engine tracks ``model`` under (None if it does not)."""
+        with self._lock:
+            return next((mid for mid, index in self._indexes.items() if index.model is model), None)
+
     def remove_model(self, model_id: str) -> None:
         with self._lock:
             index = self._indexes.pop(model_id, None)
@@ -124,7 +137,7 @@ class Engine:
             if self._breakpoints.breakpoints:
                 self._reinstall_breakpoints()
             self._sync_root_hooks()
-            for store in (self._last, self._last_output):
+            for store in (self._last, self._last_output, self._rendered):
                 for key in [k for k in store if k[0] == model_id]:
                     del store[key]
 
@@ -255,7 +268,7 @@ class Engine:
             for key in [k for k in self._watches if k[0] == model_id]:
                 self._drop_watch(self._watches.pop(key))
             for name in layers:
-                watch = _LayerWatch(model_id, name, 1.0 / rate, keep_output=True)
+                watch = _LayerWatch(model_id, name, 1.0 / rate, keep_output=(model_id, name) in self._rendered)
                 watch.handle = modules[name].register_forward_hook(self._watch_hook(watch))
                 self._watches[(model_id, name)] = watch
             self._sync_root_hooks()
@@ -407,6 +420,7 @@ class Engine:
             self._root_handles.clear()
             self._last_args.clear()
             self._last_output.clear()
+            self._rendered.clear()
             if self._interventions is not None:
                 removed += self._interventions.remove()
         self.set_compiled_eager(False)  # the program runs as it did before Hookscope
@@ -559,16 +573,32 @@ class Engine:
         if paused is not None and paused.get("layer") == layer and paused.get("output") is not None:
             return paused["output"]
         key = (model_id, layer)
-        if key in self._last_output:
-            return self._last_output[key]
         module = self._module(model_id, layer)
         with self._lock:
-            if key not in self._watches and key not in self._captures:
+            self._keep_rendered(key)
+            if key in self._last_output:
+                return self._last_output[key]
+            if key in self._watches:
+                self._watches[key].keep_output = True
+                self._watches[key].next_due = 0.0  # keep it from the very next forward pass
+            elif key not in self._captures:
                 capture = _LayerWatch(model_id, layer, 1.0 / DEFAULT_RATE_HZ, keep_output=True)
                 capture.handle = module.register_forward_hook(self._watch_hook(capture))
                 self._captures[key] = capture
         raise ProtocolError(ERR_NOT_AVAILABLE, f"no output of {layer} captured yet: it will be kept from "
                             "the next forward pass on")
+
+    def _keep_rendered(self, key: tuple[str, str]) -> None:
+        """Note a render of ``key``; the layer rendered longest ago beyond the kept few stops keeping outputs."""
+        self._rendered[key] = None
+        self._rendered.move_to_end(key)
+        while len(self._rendered) > RENDERED_LAYERS_KEPT:
+            old, _ = self._rendered.popitem(last=False)
+            self._last_output.pop(old, None)
+            if old in self._watches:
+                self._watches[old].keep_output = False
+            if old in self._captures:
+                self._drop_watch(self._captures.pop(old))
 
     def _grad_cam(self, visuals: Any, model_id: str, layer: Any, options: dict[str, Any]) -> Any:
         if self._paused is None:

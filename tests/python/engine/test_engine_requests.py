@@ -178,6 +178,40 @@ def test_render_feature_map_captures_on_demand(setup):
     assert req(engine, "render", view="gradientFlow")["png"].startswith(b"\x89PNG")
 
 
+def outputs_alive_after_a_step(model: nn.Module, layers: list[str]) -> list[str]:
+    """Which of ``layers`` still have their output of a step in memory once the step is over
+    (any live tensor on that memory: Hookscope keeps detached views, not the output objects)."""
+    import gc
+    seen: dict[str, tuple[int, torch.Size]] = {}
+    handles = [model.get_submodule(name).register_forward_hook(
+        lambda m, a, out, name=name: seen.__setitem__(name, (out.data_ptr(), out.shape))) for name in layers]
+    step(model)
+    for handle in handles:
+        handle.remove()
+    gc.collect()
+    tensors = [o for o in gc.get_objects() if type(o) in (torch.Tensor, nn.Parameter)]  # type(): no lazy attributes
+    live = {(t.data_ptr(), t.shape) for t in tensors if t.numel()}
+    return [name for name in layers if seen[name] in live]
+
+
+def test_a_watch_keeps_no_activation_alive_and_a_render_keeps_only_the_last_few_rendered(setup):
+    from hookscope.engine import RENDERED_LAYERS_KEPT
+    model, engine, _ = setup
+    layers = ["stem", "layer1.0", "layer1.1", "pool", "fc1", "fc2"]
+    req(engine, "watch", layers=layers, rateHz=1000.0)
+    assert outputs_alive_after_a_step(model, layers) == [], "summaries alone retain nothing"
+    with pytest.raises(ProtocolError) as info:
+        req(engine, "render", view="featureMap", layer="stem")  # the panel shows stem: kept from now on
+    assert info.value.code == protocol.ERR_NOT_AVAILABLE
+    assert outputs_alive_after_a_step(model, layers) == ["stem"]
+    assert req(engine, "render", view="featureMap", layer="stem")["png"].startswith(b"\x89PNG")
+    rendered = ["stem", "layer1.0", "layer1.1", "pool", "fc1"]  # one more than are kept
+    for name in rendered[1:]:
+        with pytest.raises(ProtocolError):
+            req(engine, "render", view="histogram", layer=name)
+    assert outputs_alive_after_a_step(model, layers) == rendered[-RENDERED_LAYERS_KEPT:]
+
+
 @pytest.mark.skipif(importlib.util.find_spec("hookscope.interventions") is None,
                     reason="interventions not built")
 def test_interventions_are_routed_and_removed(setup):
