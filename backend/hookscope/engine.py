@@ -16,7 +16,6 @@ removes itself. ``shutdown()`` removes every hook and returns the count.
 from __future__ import annotations
 
 import collections
-
 import logging
 import math
 import threading

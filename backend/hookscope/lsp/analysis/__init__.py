@@ -62,8 +62,10 @@ class DocumentAnalysis:
 def analyze(source: str, previous: DocumentAnalysis | None = None) -> DocumentAnalysis:
     """Analyse one document's text; never raises on bad input.
 
-    ``previous`` (the analysis of the document's last version) only makes it
-    faster: the result is the same as without it.
+    ``previous`` (the analysis of the document's last version) makes it
+    faster; for text that parses the result is the same as without it, and
+    for text with a syntax error the repair stays inside the edited region
+    (``incremental.py``), where the whole-file recovery might blank more.
     """
     parsed = reparse_changed(previous.parsed, source) if previous is not None else None
     if parsed is None:
