@@ -353,6 +353,8 @@ class Agent:
                     self._ensure_engine()
                     self._poll_discovery()
                     self._maybe_send_stats()
+                    if self._engine is not None and hasattr(self._engine, "tick"):
+                        self._call_engine("tick")  # summaries due on layers the root's forward does not reach
                 if now >= next_structure:
                     next_structure = now + STRUCTURE_CHECK_S
                     if self.discovery is not None:

@@ -35,6 +35,9 @@ from hookscope.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, Sum
 log = logging.getLogger("hookscope")
 
 DEFAULT_RATE_HZ = 4.0
+ARM_AHEAD_S = 0.05
+"""Watches due this soon are armed together, so the layers of one model are sampled in the
+same forward pass (they fell due microseconds apart, one after the other in the last one)."""
 RENDERED_LAYERS_KEPT = 4
 """Layers whose last output is kept for the panel's images: the most recently rendered few.
 A watch alone keeps nothing: holding every watched layer's output would keep a whole
@@ -47,12 +50,20 @@ def _phase_label(phase: str) -> str:
 
 
 class _LayerWatch:
-    """Rate-limited summaries of one layer (forward, and the backward of the same call)."""
+    """Rate-limited summaries of one layer (forward, and the backward of the same call).
 
-    __slots__ = ("model", "layer", "interval", "next_due", "handle", "keep_output", "active")
+    Its forward hook is on the layer only while a sample is due ("armed"):
+    once it has fired it removes itself until ``next_due``, when the model's
+    next forward (the root's pre-hook) or the agent's tick puts it back. A
+    module with any hook takes PyTorch's slow call path, so a hook that sat on
+    every layer waiting for its next sample cost microseconds per layer on
+    every step, most of the cost of watching a thousand small layers.
+    """
 
-    def __init__(self, model: str, layer: str, interval: float, keep_output: bool) -> None:
-        self.model, self.layer, self.interval = model, layer, interval
+    __slots__ = ("model", "layer", "module", "interval", "next_due", "handle", "keep_output", "active")
+
+    def __init__(self, model: str, layer: str, module: nn.Module, interval: float, keep_output: bool) -> None:
+        self.model, self.layer, self.module, self.interval = model, layer, module, interval
         self.next_due = 0.0
         self.handle: Any = None
         self.keep_output = keep_output
@@ -84,6 +95,8 @@ class Engine:
         self._captures: dict[tuple[str, str], _LayerWatch] = {}
         self._last: dict[tuple[str, str], dict[str, Any]] = {}
         self._last_output: dict[tuple[str, str], Any] = {}
+        self._arm_at = math.inf
+        """When the earliest disarmed watch or capture is due again."""
         self._rendered: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         """(model, layer) of the last RENDERED_LAYERS_KEPT layers the panel rendered, oldest first."""
         self._paused: dict[str, Any] | None = None
@@ -267,8 +280,9 @@ class Engine:
             for key in [k for k in self._watches if k[0] == model_id]:
                 self._drop_watch(self._watches.pop(key))
             for name in layers:
-                watch = _LayerWatch(model_id, name, 1.0 / rate, keep_output=(model_id, name) in self._rendered)
-                watch.handle = modules[name].register_forward_hook(self._watch_hook(watch))
+                watch = _LayerWatch(model_id, name, modules[name], 1.0 / rate,
+                                    keep_output=(model_id, name) in self._rendered)
+                self._arm(watch)
                 self._watches[(model_id, name)] = watch
             self._sync_root_hooks()
             return {"layers": [name for (m, name) in self._watches if m == model_id]}
@@ -503,10 +517,10 @@ class Engine:
         key = (watch.model, watch.layer)
 
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
-            now = time.monotonic()
-            if now < watch.next_due or REPLAY.depth or not watch.active:
+            if REPLAY.depth or not watch.active:  # armed means due: _arm_due decided
                 return
-            watch.next_due = now + self._budget_interval(watch.interval)
+            watch.next_due = time.monotonic() + self._budget_interval(watch.interval)
+            self._disarm(watch)
             try:
                 if watch.keep_output:
                     self._last_output[key] = _detached(output)
@@ -547,6 +561,35 @@ class Engine:
                 self._notice("warning", f"gradient summary of {watch.layer} failed: {exc}", "watchError")
         return hook
 
+    def _arm(self, watch: _LayerWatch) -> None:
+        if watch.handle is None and watch.active:
+            watch.handle = watch.module.register_forward_hook(self._watch_hook(watch))
+
+    def _disarm(self, watch: _LayerWatch) -> None:
+        """Off the layer until it is due again (safe inside the hook: torch iterates over a copy)."""
+        if watch.handle is not None:
+            watch.handle.remove()
+            watch.handle = None
+        self._arm_at = min(self._arm_at, watch.next_due)
+
+    def tick(self) -> None:
+        """Put back the hooks of watches that are due (the agent calls this a few times a second,
+        for models whose root forward is not called: a loop over ``model.encoder`` and ``model.decoder``)."""
+        if time.monotonic() + ARM_AHEAD_S >= self._arm_at:
+            self._arm_due()
+
+    def _arm_due(self) -> None:
+        with self._lock:
+            now, earliest = time.monotonic(), math.inf
+            for watch in (*self._watches.values(), *self._captures.values()):
+                if watch.handle is not None or not watch.active:
+                    continue
+                if watch.next_due <= now + ARM_AHEAD_S:
+                    self._arm(watch)
+                else:
+                    earliest = min(earliest, watch.next_due)
+            self._arm_at = earliest
+
     def _budget_interval(self, wanted: float) -> float:
         """The interval the summary budget allows; says so once when it is slower than the panel's."""
         interval = self._budget.interval(wanted)
@@ -578,11 +621,12 @@ class Engine:
             if key in self._last_output:
                 return self._last_output[key]
             if key in self._watches:
-                self._watches[key].keep_output = True
-                self._watches[key].next_due = 0.0  # keep it from the very next forward pass
+                watch = self._watches[key]
+                watch.keep_output, watch.next_due = True, 0.0  # keep it from the very next forward pass
+                self._arm(watch)
             elif key not in self._captures:
-                capture = _LayerWatch(model_id, layer, 1.0 / DEFAULT_RATE_HZ, keep_output=True)
-                capture.handle = module.register_forward_hook(self._watch_hook(capture))
+                capture = _LayerWatch(model_id, layer, module, 1.0 / DEFAULT_RATE_HZ, keep_output=True)
+                self._arm(capture)
                 self._captures[key] = capture
         raise ProtocolError(ERR_NOT_AVAILABLE, f"no output of {layer} captured yet: it will be kept from "
                             "the next forward pass on")
@@ -645,6 +689,8 @@ class Engine:
                 return
             self._steps[model_id] = self._steps.get(model_id, 0) + 1
             self._last_args[model_id] = (args, kwargs)
+            if time.monotonic() + ARM_AHEAD_S >= self._arm_at:
+                self._arm_due()
             if self._shapes_wanted and model_id not in self._shape_handles:
                 signature = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
                 if signature != self._input_signature.get(model_id):
