@@ -573,10 +573,11 @@ class Engine:
         self._arm_at = min(self._arm_at, watch.next_due)
 
     def tick(self) -> None:
-        """Put back the hooks of watches that are due (the agent calls this a few times a second,
-        for models whose root forward is not called: a loop over ``model.encoder`` and ``model.decoder``)."""
-        if time.monotonic() + ARM_AHEAD_S >= self._arm_at:
-            self._arm_due()
+        """Put back the hooks of watches that are due. The agent calls this a few times a second,
+        for models whose root forward is not called (a loop over ``model.encoder`` and
+        ``model.decoder``); it scans every watch, so ``_arm_at``, which a hook firing on the
+        training thread lowers without the lock, is also made right again."""
+        self._arm_due()
 
     def _arm_due(self) -> None:
         with self._lock:
