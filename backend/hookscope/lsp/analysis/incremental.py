@@ -58,7 +58,7 @@ def reparse_changed(previous: ParsedSource, source: str) -> ParsedSource | None:
     region_old_end = ends[last] + 1 if last is not None else len(old_lines)  # exclusive
     if any(not region_start <= line < region_old_end for line in previous.repaired_lines):
         return None
-    region_end = region_old_end + line_shift if last is not None else len(new_lines)  # exclusive, in new lines
+    region_end = region_old_end if last is not None else len(new_lines)  # same line numbers when a statement follows
     # Blank lines in front keep the region's line numbers those of the whole file.
     snippet = "\n" * region_start + "\n".join(new_lines[region_start:region_end])
     region, repaired = _parse_region(snippet)
