@@ -9,7 +9,7 @@ NEVER_TRUE_BREAKPOINT = {"id": "never", "layer": "*", "phases": ["forward", "bac
                          "condition": {"kind": "absmax_above", "threshold": 1e30}}
 
 SIDE_BY_SIDE = ("idle", "nonfinite", "summaries", "condbp")
-"""The configurations the side-by-side row alternates between, step by step."""
+"""The configurations the side-by-side row switches between, a few steps each."""
 
 
 def requests_for(config: str, model_id: str, layers: list[str]) -> list[dict]:

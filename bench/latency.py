@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import hookscope  # noqa: E402
 from hookscope import codec  # noqa: E402
-from hookscope.editor_link import EditorLink  # noqa: E402
+from hookscope.editor_link import EditorLink, RequestError  # noqa: E402
 
 from cnn import SmallCNN, make_batch  # noqa: E402
 
@@ -98,6 +98,11 @@ def panel_update_latency(conn, cnn: SmallCNN, cnn_id: str, steps: int = 60) -> N
     fired: list[float] = []
     cnn.conv1.register_forward_pre_hook(lambda *_: fired.append(time.perf_counter()))
     conn.request("watch", model=cnn_id, layers=["conv1"], rateHz=1e6)
+    try:  # the panel opens on conv1: its first render asks Hookscope to keep conv1's output from now on
+        conn.request("render", view="featureMap", model=cnn_id, layer="conv1")
+    except RequestError as exc:
+        if exc.code != "notAvailable":
+            raise
     optimizer = torch.optim.SGD(cnn.parameters(), lr=0.02)
     generator = torch.Generator().manual_seed(0)
     latencies = []

@@ -227,10 +227,11 @@ def side_by_side_markdown(row: dict | str | None, models: list[str]) -> list[str
     """The side-by-side row: each configuration against 'nothing watched' in the same process."""
     if row is None:
         return []
-    lines = ["", "## Side by side: one process under debugpy, configurations alternating step by step", "",
+    lines = ["", "## Side by side: one process under debugpy, configurations taking turns", "",
              "The rows above run one after another, so a machine's drift over minutes shows in their ratios. "
-             "Here one process alternates the configurations every step (order rotated each round); ratios "
-             "divide by 'nothing watched' measured in the same rounds.", ""]
+             "Here one process switches configuration every 5 timed steps (2 untimed steps after each switch, "
+             "the order rotated each round, the first round a warm-up); ratios divide by 'nothing watched' "
+             "measured in the same rounds.", ""]
     if isinstance(row, str):
         return lines + [row]
     lines += ["| configuration | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]

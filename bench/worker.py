@@ -6,9 +6,10 @@ rows differ only in what the stand-in editor asked the agent to do before
 TorchLens) are switched on here by ``--mode``.
 
 ``--mode hookscope-side-by-side`` measures the Hookscope configurations in
-ONE process, alternating them step by step (nothing watched, break on NaN,
-summaries, never-true breakpoints) through the agent's engine, so that a
-machine's drift over minutes, which separate rows cannot escape, cancels out.
+ONE process, switching between them every few steps (nothing watched, break
+on NaN, summaries, never-true breakpoints) through the agent's engine, so
+that a machine's drift over minutes, which separate rows cannot escape,
+cancels out.
 """
 
 from __future__ import annotations
@@ -115,6 +116,11 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(out))
 
 
+BLOCK_STEPS = 5
+"""Timed steps per configuration before switching to the next one."""
+SETTLE_STEPS = 2
+
+
 def side_by_side(built: dict, steps: int, warmup: int, device: str) -> dict[str, dict]:
     """Median step time per configuration and model, the configurations alternating step by step."""
     from hookscope import agent
@@ -143,16 +149,18 @@ def side_by_side(built: dict, steps: int, warmup: int, device: str) -> dict[str,
             return time.perf_counter() - start
 
         times: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
-        for round_ in range(warmup + steps):
+        rounds = 1 + -(-steps // BLOCK_STEPS)  # the first round warms up
+        for round_ in range(rounds):
             # rotate the order, so no configuration always follows the same one
             order = SIDE_BY_SIDE[round_ % len(SIDE_BY_SIDE):] + SIDE_BY_SIDE[:round_ % len(SIDE_BY_SIDE)]
             for config in order:
                 for request in requests_for(config, model_id, layers):
                     engine.handle(request)
-                step()  # the first step after a change pays for installing hooks: not timed
-                elapsed = step()
-                if round_ >= warmup:
-                    times[config].append(elapsed)
+                for _ in range(SETTLE_STEPS):  # installing hooks, a new watch's first sample: not timed
+                    step()
+                block = [step() for _ in range(BLOCK_STEPS)]
+                if round_ > 0:
+                    times[config].extend(block)
         for request in requests_for("idle", model_id, layers):
             engine.handle(request)
         results[name] = {config: {"median_s": statistics.median(t), "steps": len(t)} for config, t in times.items()}
