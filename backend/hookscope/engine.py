@@ -96,6 +96,8 @@ class Engine:
         self._last: dict[tuple[str, str], dict[str, Any]] = {}
         self._last_output: dict[tuple[str, str], Any] = {}
         self._arm_at = math.inf
+        self._sample_rounds: dict[tuple[str, float], tuple[int, float]] = {}
+        """(model, interval) -> (step, when that step's sampled layers are due again)."""
         """When the earliest disarmed watch or capture is due again."""
         self._rendered: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         """(model, layer) of the last RENDERED_LAYERS_KEPT layers the panel rendered, oldest first."""
@@ -519,7 +521,7 @@ class Engine:
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
             if REPLAY.depth or not watch.active:  # armed means due: _arm_due decided
                 return
-            watch.next_due = time.monotonic() + self._budget_interval(watch.interval)
+            watch.next_due = self._next_sample_at(watch)
             self._disarm(watch)
             try:
                 if watch.keep_output:
@@ -560,6 +562,17 @@ class Engine:
             except Exception as exc:
                 self._notice("warning", f"gradient summary of {watch.layer} failed: {exc}", "watchError")
         return hook
+
+    def _next_sample_at(self, watch: _LayerWatch) -> float:
+        """When ``watch`` samples again: the same time for every layer sampled in this step, so the
+        model's layers stay in step (one forward pass in a few, not a few layers in every pass)."""
+        now, step = time.monotonic(), self._step_of(watch.model)
+        key = (watch.model, watch.interval)
+        sampled_step, due = self._sample_rounds.get(key, (-1, 0.0))
+        if sampled_step != step or due <= now:
+            due = now + self._budget_interval(watch.interval)
+            self._sample_rounds[key] = (step, due)
+        return due
 
     def _arm(self, watch: _LayerWatch) -> None:
         if watch.handle is None and watch.active:

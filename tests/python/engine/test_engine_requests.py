@@ -93,6 +93,24 @@ def test_between_samples_no_hook_sits_on_a_watched_layer_and_the_next_forward_pu
     assert sorted(forward) == sorted(layers * 2)
 
 
+def test_the_layers_of_a_model_are_sampled_in_the_same_steps(setup):
+    import time
+    model, engine, events = setup
+    layers = [name for name, _ in model.named_modules() if name]
+    req(engine, "watch", layers=layers, rateHz=20.0)
+    deadline, sampled = time.monotonic() + 10, {}
+    seed = 0
+    while len(sampled) < 4 and time.monotonic() < deadline:
+        step(model, seed)
+        seed += 1
+        sampled = {}
+        for e in events:
+            if e["type"] == "summaries" and e["phase"] == "forward":
+                sampled.setdefault(e["step"], set()).add(e["layer"])
+    assert len(sampled) >= 4 and seed > len(sampled), "several samples, not every step"
+    assert all(got == set(layers) for got in sampled.values()), {s: len(v) for s, v in sampled.items()}
+
+
 def test_the_agent_tick_rearms_a_watch_whose_layer_is_called_without_the_root(setup):
     import time
     model, engine, events = setup
