@@ -98,7 +98,7 @@ def panel_update_latency(conn, cnn: SmallCNN, cnn_id: str, steps: int = 60) -> N
     fired: list[float] = []
     cnn.conv1.register_forward_pre_hook(lambda *_: fired.append(time.perf_counter()))
     conn.request("watch", model=cnn_id, layers=["conv1"], rateHz=1e6)
-    try:  # the panel opens on conv1: its first render asks Hookscope to keep conv1's output from now on
+    try:  # the panel opens on conv1 before its first forward pass: nothing to show yet
         conn.request("render", view="featureMap", model=cnn_id, layer="conv1")
     except RequestError as exc:
         if exc.code != "notAvailable":

@@ -39,9 +39,10 @@ ARM_AHEAD_S = 0.05
 """Watches due this soon are armed together, so the layers of one model are sampled in the
 same forward pass (they fell due microseconds apart, one after the other in the last one)."""
 RENDERED_LAYERS_KEPT = 4
-"""Layers whose last output is kept for the panel's images: the most recently rendered few.
-A watch alone keeps nothing: holding every watched layer's output would keep a whole
-forward pass of activations alive into the next step (an OOM risk on a GPU)."""
+"""Layers whose last output is kept for the panel's images: the most recently rendered (or
+watched, when a watch names this few layers) ones. Watching many layers keeps nothing until
+one is rendered: holding every watched layer's output would keep a whole forward pass of
+activations alive into the next step (an OOM risk on a GPU)."""
 NONFINITE_ID = "nonfinite"
 
 
@@ -281,6 +282,9 @@ class Engine:
                                                        f"in model {model_id}")
             for key in [k for k in self._watches if k[0] == model_id]:
                 self._drop_watch(self._watches.pop(key))
+            if len(layers) <= RENDERED_LAYERS_KEPT:  # the panel watching its layer: images at once
+                for name in layers:
+                    self._keep_rendered((model_id, name))
             for name in layers:
                 watch = _LayerWatch(model_id, name, modules[name], 1.0 / rate,
                                     keep_output=(model_id, name) in self._rendered)

@@ -264,6 +264,13 @@ def test_a_watch_keeps_no_activation_alive_and_a_render_keeps_only_the_last_few_
     assert outputs_alive_after_a_step(model, layers) == rendered[-RENDERED_LAYERS_KEPT:]
 
 
+def test_a_watch_of_a_few_layers_renders_at_once(setup):
+    model, engine, _ = setup
+    req(engine, "watch", layers=["stem"], rateHz=1000.0)  # what the panel does for its target layer
+    step(model)
+    assert req(engine, "render", view="featureMap", layer="stem")["png"].startswith(b"\x89PNG")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("hookscope.interventions") is None,
                     reason="interventions not built")
 def test_interventions_are_routed_and_removed(setup):
