@@ -85,7 +85,7 @@ def main() -> None:
         torch.autograd.set_detect_anomaly(True)
     results: dict[str, dict] = {}
     if args.mode == "hookscope-side-by-side":
-        results = side_by_side(built, args.steps, args.warmup, args.device)
+        results = side_by_side(built, args.steps, args.device)
         built = {}
     for name, (model, batch, loss_fn) in built.items():
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -121,8 +121,9 @@ BLOCK_STEPS = 5
 SETTLE_STEPS = 2
 
 
-def side_by_side(built: dict, steps: int, warmup: int, device: str) -> dict[str, dict]:
-    """Median step time per configuration and model, the configurations alternating step by step."""
+def side_by_side(built: dict, steps: int, device: str) -> dict[str, dict]:
+    """Median step time per configuration and model, the configurations taking turns every
+    BLOCK_STEPS steps (the first round is the warm-up)."""
     from hookscope import agent
 
     deadline = time.monotonic() + 60
