@@ -58,7 +58,7 @@ def configure(mode: str, link: EditorLink, expected_models: int, timeout: float 
     while len(models) < expected_models:
         models.append(conn.wait_event("modelAdded", timeout=max(1.0, deadline - time.monotonic()))["model"])
     config = mode.removeprefix("hookscope-")
-    if config not in SIDE_BY_SIDE:  # the side-by-side row configures itself, step by step
+    if config not in SIDE_BY_SIDE:  # the side-by-side row configures itself, every few steps
         return
     for model in models:
         layers = [m["name"] for m in model["modules"] if m["name"]]

@@ -97,9 +97,9 @@ class Engine:
         self._last: dict[tuple[str, str], dict[str, Any]] = {}
         self._last_output: dict[tuple[str, str], Any] = {}
         self._arm_at = math.inf
+        """When the earliest disarmed watch or capture is due again."""
         self._sample_rounds: dict[tuple[str, float], tuple[int, float]] = {}
         """(model, interval) -> (step, when that step's sampled layers are due again)."""
-        """When the earliest disarmed watch or capture is due again."""
         self._rendered: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         """(model, layer) of the last RENDERED_LAYERS_KEPT layers the panel rendered, oldest first."""
         self._paused: dict[str, Any] | None = None

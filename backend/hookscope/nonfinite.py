@@ -105,18 +105,9 @@ def _grads_finite(tensors: list[torch.Tensor]) -> bool:
         norms = torch._foreach_norm(tensors)  # one kernel per tensor on CPU, fused on CUDA
         if bool(torch.isfinite(torch.stack(norms)).all()):
             return True
-    except (RuntimeError, TypeError):  # integer or mixed-device gradients
-        return _grads_finite_by_device(tensors)
+    except (RuntimeError, TypeError):  # integer or mixed-device gradients: the element-wise check
+        pass
     return all_finite(tensors)
-
-
-def _grads_finite_by_device(tensors: list[torch.Tensor]) -> bool:
-    floats = [t for t in tensors if t.is_floating_point() and t.numel()]
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
-    for t in floats:
-        by_device.setdefault(t.device, []).append(t)
-    flags = [torch.isfinite(torch.stack(torch._foreach_norm(group))).all() for group in by_device.values()]
-    return not flags or bool(torch.stack([f.cpu() for f in flags]).all()) or all_finite(floats)
 
 
 def _depth(name: str) -> int:

@@ -61,20 +61,12 @@ def reparse_changed(previous: ParsedSource, source: str) -> ParsedSource | None:
     region_end = region_old_end if last is not None else len(new_lines)  # same line numbers when a statement follows
     # Blank lines in front keep the region's line numbers those of the whole file.
     snippet = "\n" * region_start + "\n".join(new_lines[region_start:region_end])
-    region, repaired = _parse_region(snippet)
-    if region is None:
+    region = parse_tolerant(snippet)
+    if region.tree is None:
         return None
     kept_after = body[last + 1:] if last is not None else []
-    tree = ast.Module(body=body[:first] + region.body + kept_after, type_ignores=[])
-    return ParsedSource(tree, new_lines, repaired)
-
-
-def _parse_region(snippet: str) -> tuple[ast.Module | None, tuple[int, ...]]:
-    try:
-        return ast.parse(snippet), ()
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        repaired = parse_tolerant(snippet)
-        return repaired.tree, repaired.repaired_lines
+    tree = ast.Module(body=body[:first] + region.tree.body + kept_after, type_ignores=[])
+    return ParsedSource(tree, new_lines, region.repaired_lines)
 
 
 def _changed_lines(old: list[str], new: list[str]) -> tuple[int, int, int]:
