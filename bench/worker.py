@@ -62,6 +62,34 @@ def torchlens_capture_all(model: torch.nn.Module, x: torch.Tensor) -> None:
         torchlens.log_forward_pass(model, x, layers_to_save="all", vis_opt="none")
 
 
+def timed_step(model: torch.nn.Module, batch, loss_fn, optimizer, sync, before=None) -> float:
+    """Seconds of one forward + backward + optimizer step (``before(x)`` runs inside the timing)."""
+    x, y = batch()
+    sync()
+    start = time.perf_counter()
+    if before is not None:
+        before(x)
+    optimizer.zero_grad()
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+    sync()
+    return time.perf_counter() - start
+
+
+def one_configuration(built: dict, args: argparse.Namespace, sync) -> dict[str, dict]:
+    """Median step time per model, in whatever configuration this process runs."""
+    results: dict[str, dict] = {}
+    for name, (model, batch, loss_fn) in built.items():
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        if args.mode == "hf":
+            from transformers.debug_utils import DebugUnderflowOverflow
+            DebugUnderflowOverflow(model)
+        before = (lambda x, model=model: torchlens_capture_all(model, x)) if args.mode == "torchlens" else None
+        times = [timed_step(model, batch, loss_fn, optimizer, sync, before) for _ in range(args.warmup + args.steps)]
+        results[name] = {"median_s": statistics.median(times[args.warmup:]), "steps": args.steps}
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", required=True)
@@ -83,32 +111,11 @@ def main() -> None:
         wait_for(args.ready_file)
     if args.mode == "anomaly":
         torch.autograd.set_detect_anomaly(True)
-    results: dict[str, dict] = {}
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     if args.mode == "hookscope-side-by-side":
-        results = side_by_side(built, args.steps, args.device)
-        built = {}
-    for name, (model, batch, loss_fn) in built.items():
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-        if args.mode == "hf":
-            from transformers.debug_utils import DebugUnderflowOverflow
-            DebugUnderflowOverflow(model)
-        times = []
-        for i in range(args.warmup + args.steps):
-            x, y = batch()
-            sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
-            sync()
-            start = time.perf_counter()
-            if args.mode == "torchlens":
-                torchlens_capture_all(model, x)
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            sync()
-            if i >= args.warmup:
-                times.append(time.perf_counter() - start)
-        del loss
-        results[name] = {"median_s": statistics.median(times), "steps": len(times)}
+        results = side_by_side(built, args.steps, sync)
+    else:
+        results = one_configuration(built, args, sync)
     count, size = live_activation_bytes()
     out = {"mode": args.mode, "results": results,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -121,7 +128,7 @@ BLOCK_STEPS = 5
 SETTLE_STEPS = 2
 
 
-def side_by_side(built: dict, steps: int, device: str) -> dict[str, dict]:
+def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
     """Median step time per configuration and model, the configurations taking turns every
     BLOCK_STEPS steps (the first round is the warm-up)."""
     from hookscope import agent
@@ -132,7 +139,6 @@ def side_by_side(built: dict, steps: int, device: str) -> dict[str, dict]:
     engine = agent.current().engine if agent.current() is not None else None
     if engine is None:
         raise RuntimeError("the Hookscope agent did not connect")
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     results: dict[str, dict] = {}
     for name, (model, batch, loss_fn) in built.items():
         model_id = engine.model_id_of(model)
@@ -140,14 +146,7 @@ def side_by_side(built: dict, steps: int, device: str) -> dict[str, dict]:
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 
         def step() -> float:
-            x, y = batch()
-            sync()
-            start = time.perf_counter()
-            optimizer.zero_grad()
-            loss_fn(model(x), y).backward()
-            optimizer.step()
-            sync()
-            return time.perf_counter() - start
+            return timed_step(model, batch, loss_fn, optimizer, sync)
 
         times: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
         rounds = 1 + -(-steps // BLOCK_STEPS)  # the first round warms up

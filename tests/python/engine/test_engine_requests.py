@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import time
 
 import pytest
 import torch
@@ -75,8 +76,14 @@ def test_watch_rate_limits(setup):
     assert len([e for e in events if e["type"] == "summaries" and e["phase"] == "forward"]) == 1
 
 
+def wait_until_a_sample_is_due(engine: Engine, deadline_s: float = 5.0) -> None:
+    """A condition with a deadline, not a fixed wait."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < engine._arm_at and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def test_between_samples_no_hook_sits_on_a_watched_layer_and_the_next_forward_puts_them_back(setup):
-    import time
     model, engine, events = setup
     layers = ["stem", "layer1.0", "fc1", "fc2"]
     req(engine, "watch", layers=layers, rateHz=4.0)  # the panel's rate: a sample every 250 ms
@@ -85,16 +92,13 @@ def test_between_samples_no_hook_sits_on_a_watched_layer_and_the_next_forward_pu
     assert not any(model.get_submodule(name)._forward_hooks for name in layers), "sampled: off until due"
     step(model, 1)  # not due yet: no summary
     assert len([e for e in events if e["type"] == "summaries" and e["phase"] == "forward"]) == len(layers)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < engine._arm_at and time.monotonic() < deadline:
-        time.sleep(0.005)  # until the next sample is due (a condition with a deadline, not a fixed wait)
+    wait_until_a_sample_is_due(engine)
     step(model, 2)  # the root's forward-pre puts the hooks back before the layers run
     forward = [e["layer"] for e in events if e["type"] == "summaries" and e["phase"] == "forward"]
     assert sorted(forward) == sorted(layers * 2)
 
 
 def test_the_layers_of_a_model_are_sampled_in_the_same_steps(setup):
-    import time
     model, engine, events = setup
     layers = [name for name, _ in model.named_modules() if name]
     req(engine, "watch", layers=layers, rateHz=20.0)
@@ -112,14 +116,11 @@ def test_the_layers_of_a_model_are_sampled_in_the_same_steps(setup):
 
 
 def test_the_agent_tick_rearms_a_watch_whose_layer_is_called_without_the_root(setup):
-    import time
     model, engine, events = setup
     req(engine, "watch", layers=["fc1"], rateHz=4.0)
     x = torch.randn(2, 32)
     model.fc1(x)  # the root's forward never runs in this loop
-    deadline = time.monotonic() + 5
-    while time.monotonic() < engine._arm_at and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until_a_sample_is_due(engine)
     model.fc1(x)  # due, but nothing put the hook back yet
     assert len([e for e in events if e["type"] == "summaries"]) == 1
     engine.tick()  # what the agent thread does every 0.25 s
@@ -130,7 +131,6 @@ def test_the_agent_tick_rearms_a_watch_whose_layer_is_called_without_the_root(se
 def test_watching_costly_layers_slows_their_refresh_to_keep_within_the_budget(setup, monkeypatch):
     """Summaries that cost more than the budget allows at the panel's rate: every layer still
     refreshes, all at a slower pace, and the user is told how slow (once)."""
-    import time
 
     from hookscope import engine as engine_module
 
