@@ -12,20 +12,25 @@ Steady state (per model root, no per-layer hook)
       copy), the CPU (and CUDA) RNG state and a copy of the module buffers
       (BatchNorm running stats: small) into preallocated storage
       (``_foreach_copy_``), and the grad mode.
-    * root forward hook: ``isfinite(output).all()`` over the output tensors,
-      one host sync; when the output needs a gradient, a tensor hook on it.
+    * root forward hook: the sum of the output tensors (NaN and Inf survive a
+      sum), one host sync; when the output needs a gradient, a tensor hook on it.
     * that tensor hook keeps the gradient reaching the root output and queues
       a callback for the end of the backward pass
-      (``Variable._execution_engine.queue_callback``), where one
-      ``torch._foreach_norm`` over every parameter ``.grad`` and the root
-      output gradient decides, with one host sync, whether the backward went bad.
+      (``Variable._execution_engine.queue_callback``), where one on-device
+      number over every parameter ``.grad`` and the root output gradient
+      decides, with one host sync, whether the backward went bad: the sum of
+      one flattened copy of the small CPU gradients (a norm kernel per tensor
+      costs ~1 µs on CPU, however small the tensor) plus ``_foreach_norm`` of
+      the others (one fused kernel on CUDA).
     * a global optimizer step pre-hook catches models whose output gradient
       was not seen (the loss did not flow through the root's output): same
       check, before the optimizer consumes the gradients.
     Cost: two root hooks, a buffer copy and two syncs per step, whatever the depth.
     The parameter and buffer lists come from ``module_tensors.ModuleTensors``
-    (no module-tree walk per step); a non-finite gradient norm is confirmed
-    element-wise before it counts (a huge finite gradient can overflow a norm).
+    (no module-tree walk per step). A sum or norm can overflow although every
+    value is finite (fp32 beyond ~1e19 squared, or ~3e38 summed; fp16 is
+    reduced in fp32), so a non-finite one is confirmed element-wise before it
+    counts; that costs only on the rare suspicious step.
 
 On a bad step: exact replay
     The forward is re-run on the same inputs with the RNG state and the
@@ -66,6 +71,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from typing import Any, Callable, Iterator
 
 import torch
@@ -90,24 +96,45 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return [t for _, t in iter_tensors(value, "")]
 
 
-def _grads_finite(tensors: list[torch.Tensor]) -> bool:
-    """One ``_foreach_norm`` and one host sync: are all these gradients finite?
+def _outputs_finite(outs: list[torch.Tensor]) -> bool:
+    """One host sync: are these forward outputs free of NaN/Inf?
 
-    A norm larger than its dtype can hold (65504 for fp16) is Inf although
-    every element is finite, so a non-finite norm is confirmed element-wise
-    before it counts; that costs only on the rare suspicious step. No
-    per-tensor Python here: under a debugger every generator step is a trace
-    event, and a model has thousands of gradients.
+    A sum is one vectorised pass (``isfinite(t).all()`` writes a bool tensor
+    first: several times slower on a large CPU output); it is taken in fp32 so
+    that fp16 outputs do not overflow at 65504.
     """
-    if not tensors:
+    floats = [t for t in outs if t.is_floating_point() and t.layout == torch.strided]
+    try:
+        if len(floats) == 1:
+            if math.isfinite(floats[0].sum(dtype=torch.float32).item()):
+                return True
+        elif not floats or math.isfinite(torch.stack([t.sum(dtype=torch.float32) for t in floats]).sum().item()):
+            return True
+    except RuntimeError:  # outputs on several devices: the element-wise check
+        pass
+    return all_finite(floats)  # a sum that overflowed, or a real NaN/Inf
+
+
+def _grads_finite(flat: list[torch.Tensor], norm: list[torch.Tensor], half: bool = False) -> bool:
+    """One host sync: are all these gradients free of NaN/Inf?
+
+    ``flat`` (small CPU tensors) is checked through one flattened copy, ``norm``
+    through one ``_foreach_norm`` (taken in fp32 when ``half``), and the
+    results reduced on the device; a non-finite result is confirmed
+    element-wise. No per-tensor Python here: under a debugger every generator
+    step is a trace event, and a model has thousands of gradients.
+    """
+    if not flat and not norm:
         return True
     try:
-        norms = torch._foreach_norm(tensors)  # one kernel per tensor on CPU, fused on CUDA
-        if bool(torch.isfinite(torch.stack(norms)).all()):
+        parts = list(torch._foreach_norm(norm, dtype=torch.float32) if half else torch._foreach_norm(norm)) if norm else []
+        if flat:
+            parts.append(torch._C._nn.flatten_dense_tensors(flat).sum(dtype=torch.float32))
+        if math.isfinite(torch.stack(parts).sum().item()):
             return True
-    except (RuntimeError, TypeError):  # integer or mixed-device gradients: the element-wise check
+    except (RuntimeError, TypeError):  # mixed devices or dtypes, complex gradients: the element-wise check
         pass
-    return all_finite(tensors)
+    return all_finite(flat + norm)
 
 
 def _depth(name: str) -> int:
@@ -133,6 +160,7 @@ class RootSentinel:
         self._cpu_rng: torch.Tensor | None = None
         self._cuda_rng: list[torch.Tensor] | None = None
         self._buffer_snapshot: list[torch.Tensor] = []
+        self._buffer_ids: list[int] = []
         self._root_grads: list[torch.Tensor | None] = []
         self._callback_queued = False
         self._backward_checked = True
@@ -178,21 +206,25 @@ class RootSentinel:
 
     def _snapshot_buffers(self) -> None:
         buffers = self.tensors.buffers()
-        snap = self._buffer_snapshot
-        if len(snap) == len(buffers) and all(s.shape == b.shape and s.dtype == b.dtype
-                                             and s.device == b.device for s, b in zip(snap, buffers)):
-            if buffers:
+        ids = [id(b) for b in buffers]
+        if ids == self._buffer_ids:  # the same tensors as last step: copy into the snapshot in place
+            if not buffers:
+                return
+            try:
                 with torch.no_grad():
-                    torch._foreach_copy_(snap, buffers)
-        else:
-            self._buffer_snapshot = [b.detach().clone() for b in buffers]
+                    torch._foreach_copy_(self._buffer_snapshot, buffers)
+                return
+            except RuntimeError:  # a buffer resized in place: take a new snapshot
+                pass
+        self._buffer_ids = ids
+        self._buffer_snapshot = [b.detach().clone() for b in buffers]
 
     def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
         if not self.active or REPLAY.depth:
             return
         try:
             outs = _tensors(output)
-            if not all_finite(outs):  # the one sync of the forward
+            if not _outputs_finite(outs):  # the one sync of the forward
                 if not self._latched:
                     self._latched = True
                     self._investigate_forward(output)
@@ -231,11 +263,11 @@ class RootSentinel:
             self._error("gradient check", exc)
 
     def check_gradients(self, replay: bool) -> None:
-        """The end-of-backward check (one _foreach_norm, one sync); investigate when bad."""
+        """The end-of-backward check (one sync); investigate when bad."""
         self._backward_checked = True
-        grads = self.tensors.grads()
+        flat, norm = self.tensors.grad_groups()
         root_grads = [g for g in self._root_grads if g is not None]
-        if _grads_finite(grads + root_grads):
+        if _grads_finite(flat, norm + root_grads, self.tensors.half_grads):
             self._latched = False
             return
         if self._latched:

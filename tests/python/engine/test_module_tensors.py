@@ -59,6 +59,28 @@ def test_replaced_tensors_are_current_without_any_structure_change():
         structure.release()
 
 
+def test_gradients_come_in_two_groups_small_cpu_ones_to_flatten_each_tied_weight_once():
+    from hookscope.module_tensors import FLATTEN_MAX_NUMEL
+    model = nn.Sequential(nn.Embedding(1000, 16), nn.Linear(16, 16), nn.Linear(16, 1000))
+    model[2].weight = model[0].weight  # tied: one gradient, checked once
+    model(torch.arange(4)).sum().backward()
+    tensors, structure = watched(model)
+    try:
+        flat, norm = tensors.grad_groups()
+        assert model[0].weight.numel() > FLATTEN_MAX_NUMEL >= model[2].bias.numel()
+        assert same(flat, [model[1].weight.grad, model[1].bias.grad, model[2].bias.grad])
+        assert same(norm, [model[0].weight.grad])
+        model[1].bias.grad = None  # a parameter without a gradient is skipped
+        assert len(tensors.grads()) == 3
+        assert not tensors.half_grads
+        model.half()
+        for _ in range(REFRESH_EVERY + 1):
+            tensors.grads()
+        assert tensors.half_grads  # dtype changes are seen at the next rebuild
+    finally:
+        structure.release()
+
+
 def test_the_global_registration_hooks_exist_only_while_break_on_nan_is_on():
     model = Net()
     engine = Engine(lambda e: None, shapes=False)
