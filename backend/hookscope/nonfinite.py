@@ -80,7 +80,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
                                   describe_counts, nonfinite_counts)
-from hookscope.module_tensors import STRUCTURE, ModuleTensors
+from hookscope.module_tensors import FLATTEN_MAX_NUMEL, STRUCTURE, ModuleTensors
 from hookscope.stop import BreakpointHit
 from hookscope.summaries import all_finite, iter_tensors
 
@@ -130,7 +130,8 @@ def _grads_finite(flat: list[torch.Tensor], norm: list[torch.Tensor], half: bool
         parts = list(torch._foreach_norm(norm, dtype=torch.float32) if half else torch._foreach_norm(norm)) if norm else []
         if flat:
             parts.append(torch._C._nn.flatten_dense_tensors(flat).sum(dtype=torch.float32))
-        if math.isfinite(torch.stack(parts).sum().item()):
+        total = parts[0] if len(parts) == 1 else torch.stack(parts).sum()
+        if math.isfinite(total.item()):
             return True
     except (RuntimeError, TypeError):  # mixed devices or dtypes, complex gradients: the element-wise check
         pass
@@ -267,7 +268,9 @@ class RootSentinel:
         self._backward_checked = True
         flat, norm = self.tensors.grad_groups()
         root_grads = [g for g in self._root_grads if g is not None]
-        if _grads_finite(flat, norm + root_grads, self.tensors.half_grads):
+        for grad in root_grads:  # usually one: a small CPU one joins the flattened copy
+            (flat if grad.device.type == "cpu" and grad.numel() <= FLATTEN_MAX_NUMEL else norm).append(grad)
+        if _grads_finite(flat, norm, self.tensors.half_grads):
             self._latched = False
             return
         if self._latched:
