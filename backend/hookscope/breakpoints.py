@@ -25,13 +25,15 @@ import os
 import textwrap
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from hookscope.conditions import Condition, ConditionError, HitCounter, HookEvent, replaying
+from hookscope.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
 from hookscope.protocol import PHASES
+from hookscope.summaries import tensors_in
 
 log = logging.getLogger("hookscope")
 
@@ -238,10 +240,10 @@ def _self_attr(node: ast.expr) -> str | None:
 class _PendingCall:
     __slots__ = ("grad_input", "grad_output", "waiting", "fired")
 
-    def __init__(self, n_in: int, n_out: int, waiting: int) -> None:
+    def __init__(self, n_in: int) -> None:
         self.grad_input: list[Any] = [None] * n_in
-        self.grad_output: list[Any] = [None] * n_out
-        self.waiting = waiting
+        self.grad_output: list[Any] = []
+        self.waiting = 0
         self.fired = False
 
 
@@ -253,12 +255,16 @@ class GradTap:
     is the gradient reaching each positional input tensor (summed over every
     use of that tensor). Fires when every hooked input got its gradient, or
     at the first output gradient when no input needs one.
+
+    Runs in every forward and backward of a watched layer, so the hooks are
+    ``partial``s of methods (no closure factory call) and loop in their own
+    frame (under a debugger each extra frame is a trace event).
     """
 
     def __init__(self, module: nn.Module, on_grads: Callable[[nn.Module, tuple, tuple], None]) -> None:
         self._module = module
         self._on_grads = on_grads
-        self._stack: list[tuple[_PendingCall, list[torch.Tensor]] | None] = []
+        self._stack: list[_PendingCall | None] = []
         self.active = True
 
     def install(self) -> list[Any]:
@@ -271,38 +277,33 @@ class GradTap:
             return
         if len(self._stack) > 64:  # forwards that raised left entries behind
             self._stack.clear()
-        hooked = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
-        call = _PendingCall(len(args), 0, len(hooked))
-        for i, tensor in hooked:
-            tensor.register_hook(self._input_hook(call, i))
-        self._stack.append((call, [t for _, t in hooked]))
+        call = _PendingCall(len(args))
+        for i, arg in enumerate(args):
+            if isinstance(arg, torch.Tensor) and arg.requires_grad:
+                call.waiting += 1
+                arg.register_hook(partial(self._input_grad, call, i))
+        self._stack.append(call)
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
-        entry = self._stack.pop() if self._stack else None
-        if entry is None or not self.active:
+        call = self._stack.pop() if self._stack else None
+        if call is None or not self.active:
             return
-        call, _ = entry
-        from hookscope.summaries import iter_tensors
-        outs = [t for _, t in iter_tensors(output, "")]
+        outs = tensors_in(output)
         call.grad_output = [None] * len(outs)
         for j, tensor in enumerate(outs):
             if tensor.requires_grad:
-                tensor.register_hook(self._output_hook(call, j))
+                tensor.register_hook(partial(self._output_grad, call, j))
 
-    def _input_hook(self, call: _PendingCall, i: int) -> Callable[[torch.Tensor], None]:
-        def hook(grad: torch.Tensor) -> None:
-            call.grad_input[i] = grad
-            call.waiting -= 1
-            if call.waiting <= 0:
-                self._fire(call)
-        return hook
+    def _input_grad(self, call: _PendingCall, i: int, grad: torch.Tensor) -> None:
+        call.grad_input[i] = grad
+        call.waiting -= 1
+        if call.waiting <= 0:
+            self._fire(call)
 
-    def _output_hook(self, call: _PendingCall, j: int) -> Callable[[torch.Tensor], None]:
-        def hook(grad: torch.Tensor) -> None:
-            call.grad_output[j] = grad
-            if call.waiting <= 0:
-                self._fire(call)
-        return hook
+    def _output_grad(self, call: _PendingCall, j: int, grad: torch.Tensor) -> None:
+        call.grad_output[j] = grad
+        if call.waiting <= 0:
+            self._fire(call)
 
     def _fire(self, call: _PendingCall) -> None:
         if call.fired or not self.active:
@@ -427,13 +428,16 @@ class LayerBreakpoints:
 
     def _event(self, bp: Breakpoint, event: HookEvent) -> None:
         """Condition, hit count, fire. Only BreakpointHit (action 'raise') may leave this."""
-        if replaying():
+        if REPLAY.depth:
             return
         try:
-            event.step = self._step_of(event.model)
-            holds, detail, origin = bp.spec.condition.check(event)
+            condition = bp.spec.condition
+            if condition.kind == "expression":  # the expression may read `step`
+                event.step = self._step_of(event.model)
+            holds, detail, origin = condition.check(event)
             if not holds or not bp.counter.should_fire():
                 return
+            event.step = self._step_of(event.model)
         except ConditionError as exc:
             self._report(bp, str(exc))
             return

@@ -12,8 +12,8 @@ Steady state (per model root, no per-layer hook)
       copy), the CPU (and CUDA) RNG state and a copy of the module buffers
       (BatchNorm running stats: small) into preallocated storage
       (``_foreach_copy_``), and the grad mode.
-    * root forward hook: the sum of the output tensors (NaN and Inf survive a
-      sum), one host sync; when the output needs a gradient, a tensor hook on it.
+    * root forward hook: ``all_finite`` over the output tensors (a sum: NaN
+      and Inf survive it), one host sync; when the output needs a gradient, a tensor hook on it.
     * that tensor hook keeps the gradient reaching the root output and queues
       a callback for the end of the backward pass
       (``Variable._execution_engine.queue_callback``), where one on-device
@@ -82,37 +82,12 @@ from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLA
                                   describe_counts, nonfinite_counts)
 from hookscope.module_tensors import FLATTEN_MAX_NUMEL, STRUCTURE, ModuleTensors
 from hookscope.stop import BreakpointHit
-from hookscope.summaries import all_finite, iter_tensors
+from hookscope.summaries import all_finite, tensors_in
 
 log = logging.getLogger("hookscope")
 
 FireFn = Callable[[HookEvent, str, "str | None"], None]
 NoticeFn = Callable[[str, str, str], None]
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):  # the common case, without the generic walk
-        return [value]
-    return [t for _, t in iter_tensors(value, "")]
-
-
-def _outputs_finite(outs: list[torch.Tensor]) -> bool:
-    """One host sync: are these forward outputs free of NaN/Inf?
-
-    A sum is one vectorised pass (``isfinite(t).all()`` writes a bool tensor
-    first: several times slower on a large CPU output); it is taken in fp32 so
-    that fp16 outputs do not overflow at 65504.
-    """
-    floats = [t for t in outs if t.is_floating_point() and t.layout == torch.strided]
-    try:
-        if len(floats) == 1:
-            if math.isfinite(floats[0].sum(dtype=torch.float32).item()):
-                return True
-        elif not floats or math.isfinite(torch.stack([t.sum(dtype=torch.float32) for t in floats]).sum().item()):
-            return True
-    except RuntimeError:  # outputs on several devices: the element-wise check
-        pass
-    return all_finite(floats)  # a sum that overflowed, or a real NaN/Inf
 
 
 def _grads_finite(flat: list[torch.Tensor], norm: list[torch.Tensor], half: bool = False) -> bool:
@@ -224,8 +199,8 @@ class RootSentinel:
         if not self.active or REPLAY.depth:
             return
         try:
-            outs = _tensors(output)
-            if not _outputs_finite(outs):  # the one sync of the forward
+            outs = tensors_in(output)
+            if not all_finite(outs):  # the one sync of the forward
                 if not self._latched:
                     self._latched = True
                     self._investigate_forward(output)
@@ -329,7 +304,7 @@ class RootSentinel:
 
     def _investigate_forward(self, output: Any) -> None:
         step = self._step_of(self.model_id)
-        inputs = _tensors((self._args, self._kwargs))
+        inputs = tensors_in((self._args, self._kwargs))
         if not all_finite(inputs):
             counts = describe_counts(nonfinite_counts(inputs))
             name = ""
@@ -345,7 +320,7 @@ class RootSentinel:
                 probe.remove()
         found = probe.found
         if found is None:
-            outs = _tensors(output)
+            outs = tensors_in(output)
             self._fire(HookEvent(self.model_id, "", self.root, "forward", inputs=self._args,
                                  output=output, step=step),
                        f"NaN/Inf in the model output ({describe_counts(nonfinite_counts(outs))}); "
@@ -367,7 +342,7 @@ class RootSentinel:
                 probe.install()
                 try:
                     out = self.root(*self._args, **self._kwargs)
-                    outs = [t for t in _tensors(out) if t.requires_grad]
+                    outs = [t for t in tensors_in(out) if t.requires_grad]
                     pairs = [(o, g) for o, g in zip(outs, self._root_grads) if g is not None]
                     if pairs:
                         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
@@ -442,7 +417,7 @@ class _ForwardProbe:
         def hook(module: nn.Module, args: tuple) -> None:
             if self.found is not None:
                 return
-            tensors = _tensors(args)
+            tensors = tensors_in(args)
             if all_finite(tensors):
                 return
             parent = self._parents.get(name, "") or "the model"
@@ -456,7 +431,7 @@ class _ForwardProbe:
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
             if self.found is not None:
                 return
-            tensors = _tensors(output)
+            tensors = tensors_in(output)
             if all_finite(tensors):
                 return
             counts = describe_counts(nonfinite_counts(tensors))
@@ -520,7 +495,7 @@ class _BackwardProbe:
 
     def _post(self, name: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
-            outs = _tensors(output)
+            outs = tensors_in(output)
             self._out_grads[name] = [None] * len(outs)
             for j, tensor in enumerate(outs):
                 if tensor.requires_grad:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -227,3 +229,15 @@ def test_replacing_and_shutdown_leave_no_hook(setup):
     assert engine.shutdown() > 0
     assert hooks_left(model) == []
     assert engine.hook_count == 0
+
+
+def test_absmax_and_norm_of_odd_tensors():
+    from hookscope.conditions import _absmax, _norm
+    assert _absmax([torch.tensor([1.0, -5.0, 2.0])]) == 5.0  # the negative side wins
+    assert _absmax([torch.tensor([3, -7])]) == 7  # integers
+    assert _absmax([torch.tensor([60000.0, -1.0], dtype=torch.half)]) == 60000.0
+    assert math.isnan(_absmax([torch.tensor([1.0, float("nan")])]))  # never "above" a threshold
+    assert _absmax([torch.tensor([1.0]), torch.tensor([-9.0], dtype=torch.bfloat16)]) == 9.0
+    assert _absmax([torch.tensor([True])]) == 0.0 and _absmax([]) == 0.0
+    assert _norm([torch.full((4,), 60000.0, dtype=torch.half)]) == pytest.approx(120000.0)  # fp32, no overflow
+    assert _norm([torch.tensor([3.0]), torch.tensor([4.0])]) == pytest.approx(5.0)

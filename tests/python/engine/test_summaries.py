@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hookscope import summaries
-from hookscope.summaries import summarize, summarize_many, summarize_tree
+from hookscope.summaries import all_finite, summarize, summarize_many, summarize_tree, tensors_in
 
 
 def test_exact_numbers_over_finite_values():
@@ -117,3 +117,22 @@ def test_one_transfer_for_many_tensors(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "tolist", counting)
     out = summarize_many([(f"t{i}", torch.randn(10, 10)) for i in range(5)])
     assert len(out) == 5 and len(calls) == 1
+
+
+def test_all_finite_is_exact_for_overflowing_sums_odd_dtypes_and_several_tensors():
+    nan, inf = float("nan"), float("inf")
+    assert all_finite([torch.full((1000,), 60000.0, dtype=torch.half)])  # sums past fp16's max
+    assert all_finite([torch.full((8,), 3e38), torch.ones(2)])  # the sum overflows fp32
+    assert all_finite([]) and all_finite([torch.arange(4)])
+    for bad in (nan, inf, -inf):
+        assert not all_finite([torch.tensor([1.0, bad])])
+        assert not all_finite([torch.ones(3), torch.tensor([bad], dtype=torch.bfloat16)])
+    assert not all_finite([torch.tensor([inf, -inf])])  # the sum is NaN, not a finite cancel
+
+
+def test_tensors_in_finds_every_tensor_of_flat_and_nested_values():
+    a, b = torch.ones(1), torch.zeros(2)
+    assert [id(t) for t in tensors_in(a)] == [id(a)]
+    assert [id(t) for t in tensors_in((a, None, b))] == [id(a), id(b)]  # grad_input with a None
+    assert [id(t) for t in tensors_in((a, [b], {"c": a}))] == [id(a), id(b), id(a)]  # nested: the generic walk
+    assert tensors_in((1, None)) == [] and tensors_in(None) == [] and tensors_in(()) == []
