@@ -72,6 +72,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from functools import partial
 from typing import Any, Callable, Iterator
 
 import torch
@@ -207,25 +208,22 @@ class RootSentinel:
                 return
             if torch.is_grad_enabled():
                 hooked = [t for t in outs if t.requires_grad]
-                self._root_grads = [None] * len(hooked)
+                self._root_grads = grads = [None] * len(hooked)
                 for j, tensor in enumerate(hooked):
-                    tensor.register_hook(self._root_grad_hook(j))
+                    tensor.register_hook(partial(self._root_grad, grads, j))
         except BreakpointHit:
             raise  # the user chose 'raise'
         except Exception as exc:
             self._error("forward check", exc)
 
-    def _root_grad_hook(self, j: int) -> Callable[[torch.Tensor], None]:
-        grads = self._root_grads
-
-        def hook(grad: torch.Tensor) -> None:
-            if not self.active or REPLAY.depth or grads is not self._root_grads:
-                return
-            grads[j] = grad
-            if not self._callback_queued:
-                self._callback_queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
-        return hook
+    def _root_grad(self, grads: list[torch.Tensor | None], j: int, grad: torch.Tensor) -> None:
+        """Tensor hook on output ``j``: keep the gradient reaching it; check at the end of the backward."""
+        if not self.active or REPLAY.depth or grads is not self._root_grads:
+            return  # a stale hook of an earlier forward
+        grads[j] = grad
+        if not self._callback_queued:
+            self._callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
 
     def _after_backward(self) -> None:
         self._callback_queued = False
