@@ -397,20 +397,22 @@ class LayerBreakpoints:
     # -- hooks -----------------------------------------------------------
 
     def _install(self, bp: Breakpoint, model_id: str, name: str, module: nn.Module) -> None:
+        # Each hook asks the condition's cheap test first (Condition.rejects): most calls end there.
+        rejects = bp.spec.condition.rejects
         for phase in bp.spec.phases:
             if phase == "forward_pre":
                 def pre(mod: nn.Module, args: tuple, _n: str = name) -> None:
-                    if bp.active:
+                    if bp.active and not rejects("forward_pre", args, None):
                         self._event(bp, HookEvent(model_id, _n, mod, "forward_pre", inputs=args))
                 bp.handles.append(module.register_forward_pre_hook(pre))
             elif phase == "forward":
                 def post(mod: nn.Module, args: tuple, output: Any, _n: str = name) -> None:
-                    if bp.active:
+                    if bp.active and not rejects("forward", output, args):
                         self._event(bp, HookEvent(model_id, _n, mod, "forward", inputs=args, output=output))
                 bp.handles.append(module.register_forward_hook(post))
             elif phase == "backward":
                 def grads(mod: nn.Module, grad_input: tuple, grad_output: tuple, _n: str = name) -> None:
-                    if bp.active:
+                    if bp.active and not rejects("backward", grad_input, grad_output):
                         self._event(bp, HookEvent(model_id, _n, mod, "backward",
                                                   grad_input=grad_input, grad_output=grad_output))
                 tap = GradTap(module, grads)
@@ -421,7 +423,7 @@ class LayerBreakpoints:
                     if not param.requires_grad:
                         continue
                     def on_grad(p: torch.Tensor, _n: str = name, _pn: str = pname) -> None:
-                        if bp.active:
+                        if bp.active and not rejects("param_grad", p.grad, None):
                             self._event(bp, HookEvent(model_id, _n, module, "param_grad", param_name=_pn,
                                                       grad=p.grad, extra={"param": p}))
                     bp.handles.append(param.register_post_accumulate_grad_hook(on_grad))

@@ -159,6 +159,35 @@ class Condition:
             return phase in ("backward", "param_grad")
         return True
 
+    def rejects(self, phase: str, produced: Any, received: Any) -> bool:
+        """True when this call surely does not hit: a cheap test straight from the hook's values.
+
+        Value conditions (abs-max, NaN/Inf, gradient norm) are decided here
+        without building a ``HookEvent`` or walking the event's accessors:
+        under a debugger each of those frames is a trace event, and a
+        condition on every layer runs this in every hook call. ``produced`` and
+        ``received`` are what ``HookEvent.primary``/``upstream`` return for the
+        phase. False means "run ``check``", which also writes the stop reason;
+        it is also the answer when this test fails, so that ``check`` reports why.
+        """
+        kind = self.kind
+        try:
+            if kind == "absmax_above":
+                value = (_absmax([produced]) if isinstance(produced, torch.Tensor)
+                         else _absmax(tensors_in(produced)))
+                return value <= self.threshold  # a NaN abs-max is not <=: check() decides
+            if kind == "nonfinite":
+                return all_finite(tensors_in(produced) + tensors_in(received))
+            if kind in ("grad_norm_below", "grad_norm_above"):
+                grads = received if phase == "backward" else produced if phase == "param_grad" else None
+                if grads is None:
+                    return True
+                norm = _norm(tensors_in(grads))
+                return norm >= self.threshold if kind == "grad_norm_below" else norm <= self.threshold
+        except Exception:  # noqa: BLE001 - check() meets the same error and reports it
+            return False
+        return False
+
     def check(self, event: HookEvent) -> tuple[bool, str, str | None]:
         """(holds, detail for the stop reason, origin of non-finite values)."""
         kind = self.kind

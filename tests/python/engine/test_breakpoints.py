@@ -241,3 +241,39 @@ def test_absmax_and_norm_of_odd_tensors():
     assert _absmax([torch.tensor([True])]) == 0.0 and _absmax([]) == 0.0
     assert _norm([torch.full((4,), 60000.0, dtype=torch.half)]) == pytest.approx(120000.0)  # fp32, no overflow
     assert _norm([torch.tensor([3.0]), torch.tensor([4.0])]) == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("raw", [
+    {"kind": "absmax_above", "threshold": 2.0}, {"kind": "nonfinite"},
+    {"kind": "grad_norm_above", "threshold": 2.0}, {"kind": "grad_norm_below", "threshold": 2.0},
+])
+def test_the_cheap_reject_never_rejects_a_call_that_check_would_stop(raw):
+    from hookscope.conditions import Condition, HookEvent
+    condition = Condition.parse(raw)
+    nan, inf = float("nan"), float("inf")
+    values = [torch.tensor([1.0, -1.5]), torch.tensor([1.0, -3.0]), torch.tensor([nan, 1.0]),
+              torch.tensor([inf]), torch.tensor([0.5], dtype=torch.half), torch.tensor([3, -1]),
+              (torch.tensor([0.1]), None, torch.tensor([-2.5])), {"a": torch.tensor([1.0])}, None]
+    fields = {"forward": ("output", "inputs"), "forward_pre": ("inputs", None),
+              "backward": ("grad_input", "grad_output"), "param_grad": ("grad", None)}
+    for phase, (produced_name, received_name) in fields.items():
+        for produced in values:
+            for received in values if received_name else [None]:
+                kwargs = {produced_name: produced, **({received_name: received} if received_name else {})}
+                holds = condition.check(HookEvent("m", "l", nn.Identity(), phase, **kwargs))[0]
+                if condition.rejects(phase, produced, received):
+                    assert not holds, (raw, phase, produced, received)
+
+
+def test_a_condition_that_fails_on_odd_tensors_reports_and_training_goes_on(setup):
+    _, engine, events = setup
+    model = nn.Sequential(nn.Linear(2, 2, device="meta"))  # values that cannot reach the host
+    engine.add_model("meta", model)
+    hits: list = []
+    set_bp(engine, hits, layer="0", model="meta", condition={"kind": "absmax_above", "threshold": 1.0})
+    model(torch.zeros(3, 2, device="meta"))  # no exception into the forward
+    assert hits == []
+    notices = [e for e in events if e["type"] == "notice" and e.get("code") == "conditionError"]
+    assert len(notices) == 1 and "meta" in notices[0]["message"].lower()
+    engine.remove_model("meta")
+    assert hooks_left(model) == []
