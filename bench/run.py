@@ -229,8 +229,8 @@ def side_by_side_markdown(row: dict | str | None, models: list[str]) -> list[str
         return []
     lines = ["", "## Side by side: one process under debugpy, configurations taking turns", "",
              "The rows above run one after another, so a machine's drift over minutes shows in their ratios. "
-             "Here one process switches configuration every 5 timed steps (2 untimed steps after each switch, "
-             "the order rotated each round, the first round a warm-up); ratios divide by 'nothing watched' "
+             "Here one process switches configuration every 5 timed steps (untimed steps for at least 2 steps and 20 ms after each switch, "
+             "the order rotated each round, the first round a warm-up, rounds repeated for at least 4 s per model so that short steps get more samples); ratios divide by 'nothing watched' "
              "measured in the same rounds.", ""]
     if isinstance(row, str):
         return lines + [row]
@@ -242,6 +242,8 @@ def side_by_side_markdown(row: dict | str | None, models: list[str]) -> list[str
             t, idle = times[config]["median_s"], times["idle"]["median_s"]
             cells.append(f"{t * 1e3:.2f} ms · **{t / idle:.2f}×**")
         lines.append(f"| {LABELS[f'hookscope-{config}']} | " + " | ".join(cells) + " |")
+    lines.append("| timed steps per configuration | "
+                 + " | ".join(str(row["results"][m]["idle"]["steps"]) for m in models) + " |")
     stacks = [m for m in models if m.startswith("stack")]
     if stacks:
         lines += ["", "| µs per layer per step (side by side) | " + " | ".join(stacks) + " |",

@@ -126,11 +126,20 @@ def main() -> None:
 BLOCK_STEPS = 5
 """Timed steps per configuration before switching to the next one."""
 SETTLE_STEPS = 2
+SETTLE_S = 0.02
+"""After a switch, untimed steps: at least SETTLE_STEPS and SETTLE_S. A new watch samples at
+once, and on a 0.5 ms model the steps right after that 3 ms sample still run slow (cold
+caches); in a real run the watch exists already and samples a few times a second."""
+
+
+MIN_MODEL_S = 4.0
+"""Side-by-side rounds continue (at most MAX_ROUNDS) until a model has run this long."""
+MAX_ROUNDS = 60
 
 
 def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
     """Median step time per configuration and model, the configurations taking turns every
-    BLOCK_STEPS steps (the first round is the warm-up)."""
+    BLOCK_STEPS steps (the first round is the warm-up); at least ``steps`` timed steps each."""
     from hookscope import agent
 
     deadline = time.monotonic() + 60
@@ -149,18 +158,23 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
             return timed_step(model, batch, loss_fn, optimizer, sync)
 
         times: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
-        rounds = 1 + -(-steps // BLOCK_STEPS)  # the first round warms up
-        for round_ in range(rounds):
+        min_rounds = 1 + -(-steps // BLOCK_STEPS)  # the first round warms up
+        started, round_ = time.monotonic(), 0
+        # Short steps are noisy on a shared machine: a small model gets more rounds, up to MIN_MODEL_S.
+        while round_ < min_rounds or (time.monotonic() - started < MIN_MODEL_S and round_ < MAX_ROUNDS):
             # rotate the order, so no configuration always follows the same one
             order = SIDE_BY_SIDE[round_ % len(SIDE_BY_SIDE):] + SIDE_BY_SIDE[:round_ % len(SIDE_BY_SIDE)]
             for config in order:
                 for request in requests_for(config, model_id, layers):
                     engine.handle(request)
-                for _ in range(SETTLE_STEPS):  # installing hooks, a new watch's first sample: not timed
+                settled, settle_until = 0, time.perf_counter() + SETTLE_S
+                while settled < SETTLE_STEPS or time.perf_counter() < settle_until:  # not timed
                     step()
+                    settled += 1
                 block = [step() for _ in range(BLOCK_STEPS)]
                 if round_ > 0:
                     times[config].extend(block)
+            round_ += 1
         for request in requests_for("idle", model_id, layers):
             engine.handle(request)
         results[name] = {config: {"median_s": statistics.median(t), "steps": len(t)} for config, t in times.items()}
