@@ -277,3 +277,31 @@ def test_a_condition_that_fails_on_odd_tensors_reports_and_training_goes_on(setu
     assert len(notices) == 1 and "meta" in notices[0]["message"].lower()
     engine.remove_model("meta")
     assert hooks_left(model) == []
+
+
+def test_backward_phase_hands_the_exact_gradients_also_for_inplace_layers_and_leaf_inputs(setup):
+    _, engine, _ = setup
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 2))
+    engine.add_model("seq", model)
+    hits: list = []
+    set_bp(engine, hits, layer="[01]", model="seq", phases=["backward"])
+    x = torch.randn(3, 4, requires_grad=True)  # a leaf input of layer 0
+    model(x).square().sum().backward()
+    by_layer = {h.layer: h for h in hits}
+    assert sorted(by_layer) == ["0", "1"]
+    # The reference: the same computation with retained gradients, ReLU out of place.
+    h = model[0](x)
+    h.retain_grad()
+    r = torch.relu(h)
+    r.retain_grad()
+    x.grad = None
+    model[2](r).square().sum().backward()
+    relu = by_layer["1"]
+    torch.testing.assert_close(relu.grad_output[0], r.grad)  # what reached the ReLU's output
+    torch.testing.assert_close(relu.grad_input[0], h.grad)  # what its backward passed on (pre-in-place value)
+    linear = by_layer["0"]
+    torch.testing.assert_close(linear.grad_output[0], h.grad)
+    torch.testing.assert_close(linear.grad_input[0], x.grad)
+    engine.remove_model("seq")
+    assert hooks_left(model) == []
