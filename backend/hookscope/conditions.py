@@ -114,11 +114,19 @@ def _absmax(tensors: list[torch.Tensor]) -> float:
     floats = [t for t in tensors if not t.is_complex() and t.dtype != torch.bool and t.numel()]
     if not floats:
         return 0.0
-    if len(floats) == 1:  # the usual layer output: one pass and the sync
-        # aminmax is vectorised on CPU; abs().amax() writes a copy first and the inf-norm is not (10x slower)
-        low, high = torch.stack(torch.aminmax(floats[0].detach())).tolist()
-        return max(-low, high)
+    if len(floats) == 1:
+        return _absmax_one(floats[0])
     return float(torch.stack([t.detach().abs().amax().float().to(floats[0].device) for t in floats]).amax())
+
+
+def _absmax_one(t: torch.Tensor) -> float:
+    """The usual layer output: one pass and the sync. aminmax is vectorised on CPU;
+    abs().amax() writes a copy first and the inf-norm is not (10x slower)."""
+    low, high = torch.aminmax(t.detach())
+    if t.is_cpu:  # no sync to save: two reads are cheaper than a stack
+        return max(-low.item(), high.item())
+    low, high = torch.stack((low, high)).tolist()  # one device-to-host transfer
+    return max(-low, high)
 
 
 @dataclass
@@ -173,7 +181,8 @@ class Condition:
         kind = self.kind
         try:
             if kind == "absmax_above":
-                value = (_absmax([produced]) if isinstance(produced, torch.Tensor)
+                one = produced[0] if type(produced) is tuple and len(produced) == 1 else produced  # grad_input
+                value = (_absmax_one(one) if isinstance(one, torch.Tensor) and one.is_floating_point() and one.numel()
                          else _absmax(tensors_in(produced)))
                 return value <= self.threshold  # a NaN abs-max is not <=: check() decides
             if kind == "nonfinite":
