@@ -710,7 +710,8 @@ class Engine:
             if time.monotonic() + ARM_AHEAD_S >= self._arm_at:
                 self._arm_due()
             if self._shapes_wanted and model_id not in self._shape_handles:
-                signature = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+                # a list, not a generator: under a debugger each generator resume is a trace event
+                signature = tuple([tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
                 if signature != self._input_signature.get(model_id):
                     self._input_signature[model_id] = signature
                     self._arm_shapes(model_id, module)
@@ -756,7 +757,8 @@ class Engine:
                 for handle in self._shape_handles.pop(model_id, []):
                     handle.remove()
             try:
-                signature = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+                # a list, not a generator: under a debugger each generator resume is a trace event
+                signature = tuple([tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
                 self._input_signature[model_id] = signature
                 if shapes != self._sent_shapes.get(model_id):
                     self._sent_shapes[model_id] = dict(shapes)
