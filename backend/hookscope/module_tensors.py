@@ -16,7 +16,9 @@ list is rebuilt: small CPU tensors, which one ``flatten`` copy checks at
 ~0.4 µs each, and the rest, which ``_foreach_norm`` checks (fused on CUDA;
 ~1 µs per tensor on CPU, however small). A parameter resized since the last
 rebuild lands in the wrong group until the next one, which only costs speed:
-both groups are checked in full.
+both groups are checked in full. The groups hold (dict, key) slots, so a
+replaced parameter is current at once; a key written into ``_parameters``
+directly, bypassing the registration hooks, is seen at the next rebuild.
 """
 
 from __future__ import annotations
