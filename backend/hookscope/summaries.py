@@ -274,9 +274,9 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     floats = [t for t in tensors if t.is_floating_point() and t.numel() and t.layout == torch.strided]
     if not floats:
         return True
-    try:
-        total = (floats[0].sum(dtype=torch.float32) if len(floats) == 1
-                 else torch.stack([t.sum(dtype=torch.float32) for t in floats]).sum())
+    try:  # detach: a hook's tensors may need grad, and the check must not grow the autograd graph
+        total = (floats[0].detach().sum(dtype=torch.float32) if len(floats) == 1
+                 else torch.stack([t.detach().sum(dtype=torch.float32) for t in floats]).sum())
         if math.isfinite(total.item()):
             return True
     except RuntimeError:  # tensors on several devices: the element-wise check

@@ -136,3 +136,21 @@ def test_tensors_in_finds_every_tensor_of_flat_and_nested_values():
     assert [id(t) for t in tensors_in((a, None, b))] == [id(a), id(b)]  # grad_input with a None
     assert [id(t) for t in tensors_in((a, [b], {"c": a}))] == [id(a), id(b), id(a)]  # nested: the generic walk
     assert tensors_in((1, None)) == [] and tensors_in(None) == [] and tensors_in(()) == []
+
+
+def test_all_finite_builds_no_autograd_graph():
+    from torch.overrides import TorchFunctionMode
+
+    graph_outputs = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                graph_outputs.append(func)
+            return out
+
+    x = torch.ones(3, requires_grad=True) * 2  # a non-leaf that needs grad, like a layer output
+    with Spy():
+        assert all_finite([x]) and all_finite([x, x])
+    assert graph_outputs == []  # no op in the check made a node of the autograd graph
