@@ -109,8 +109,7 @@ class ModuleTensors:
                     continue
                 seen.add(id(param))
                 half = half or param.dtype in (torch.float16, torch.bfloat16)
-                small = param.device.type == "cpu" and _numel(param) <= FLATTEN_MAX_NUMEL
-                (self._flat_slots if small else self._norm_slots).append((module._parameters, key))
+                (self._flat_slots if flattens(param) else self._norm_slots).append((module._parameters, key))
         self.half_grads = half
 
     def parameters(self) -> list[nn.Parameter]:
@@ -126,13 +125,14 @@ class ModuleTensors:
         return ([g for d, k in self._flat_slots if (p := d.get(k)) is not None and (g := p.grad) is not None],
                 [g for d, k in self._norm_slots if (p := d.get(k)) is not None and (g := p.grad) is not None])
 
-    def grads(self) -> list[torch.Tensor]:
-        flat, norm = self.grad_groups()
-        return flat + norm
-
     def buffers(self) -> list[torch.Tensor]:
         buffers = [b for m in self.modules() for b in m._buffers.values() if b is not None]
         return _unique(buffers) if self._shared else buffers
+
+
+def flattens(tensor: torch.Tensor) -> bool:
+    """Whether break on NaN checks this gradient (or this parameter's) through the flattened copy."""
+    return tensor.device.type == "cpu" and _numel(tensor) <= FLATTEN_MAX_NUMEL
 
 
 def _numel(param: torch.Tensor) -> float:

@@ -86,7 +86,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
                                   describe_counts, nonfinite_counts)
-from hookscope.module_tensors import FLATTEN_MAX_NUMEL, STRUCTURE, ModuleTensors
+from hookscope.module_tensors import STRUCTURE, ModuleTensors, flattens
 from hookscope.stop import BreakpointHit
 from hookscope.summaries import all_finite, tensors_in
 
@@ -247,7 +247,7 @@ class RootSentinel:
         flat, norm = self.tensors.grad_groups()
         root_grads = [g for g in self._root_grads if g is not None]
         for grad in root_grads:  # usually one: a small CPU one joins the flattened copy
-            (flat if grad.device.type == "cpu" and grad.numel() <= FLATTEN_MAX_NUMEL else norm).append(grad)
+            (flat if flattens(grad) else norm).append(grad)
         if _grads_finite(flat, norm, self.tensors.half_grads):
             self._latched = False
             return
