@@ -710,8 +710,7 @@ class Engine:
             if time.monotonic() + ARM_AHEAD_S >= self._arm_at:
                 self._arm_due()
             if self._shapes_wanted and model_id not in self._shape_handles:
-                # a list, not a generator: under a debugger each generator resume is a trace event
-                signature = tuple([tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
+                signature = _input_signature(args)
                 if signature != self._input_signature.get(model_id):
                     self._input_signature[model_id] = signature
                     self._arm_shapes(model_id, module)
@@ -757,8 +756,7 @@ class Engine:
                 for handle in self._shape_handles.pop(model_id, []):
                     handle.remove()
             try:
-                # a list, not a generator: under a debugger each generator resume is a trace event
-                signature = tuple([tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
+                signature = _input_signature(args)
                 self._input_signature[model_id] = signature
                 if shapes != self._sent_shapes.get(model_id):
                     self._sent_shapes[model_id] = dict(shapes)
@@ -839,6 +837,12 @@ def summaries_first_tensor(value: Any) -> torch.Tensor | None:
     for _, tensor in summaries.iter_tensors(value, ""):
         return tensor.detach()
     return None
+
+
+def _input_signature(args: tuple) -> tuple:
+    """The shapes of a call's tensor arguments: a new signature means a new shape pass."""
+    # a list, not a generator: under a debugger each generator resume is a trace event
+    return tuple([tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
 
 
 def _detached(value: Any) -> Any:
