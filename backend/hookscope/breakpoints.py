@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from hookscope.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
+from hookscope.leaf_hooks import LeafHooks
 from hookscope.protocol import PHASES
 from hookscope.summaries import tensors_in
 
@@ -238,13 +239,28 @@ def _self_attr(node: ast.expr) -> str | None:
 # Backward phase through tensor hooks
 
 class _PendingCall:
-    __slots__ = ("grad_input", "grad_output", "waiting", "fired")
+    __slots__ = ("grad_input", "grad_output", "waiting", "fired", "leaf_handles")
 
     def __init__(self, n_in: int) -> None:
         self.grad_input: list[Any] = [None] * n_in
         self.grad_output: list[Any] = []
         self.waiting = 0
         self.fired = False
+        self.leaf_handles: dict[int, Any] | None = None
+        """Hooks this call placed on leaf tensors, by input index (outputs: -1 - index): each is
+        removed when it fires, since a leaf keeps its hooks for later steps (see leaf_hooks)."""
+
+    def keep_leaf_hook(self, key: int, handle: Any, leaves: LeafHooks) -> None:
+        leaves.keep(handle)
+        if self.leaf_handles is None:
+            self.leaf_handles = {}
+        self.leaf_handles[key] = handle
+
+    def drop_leaf_hook(self, key: int) -> None:
+        assert self.leaf_handles is not None
+        handle = self.leaf_handles.pop(key, None)
+        if handle is not None:
+            handle.remove()  # from inside the hook's own call: autograd holds its own reference
 
 
 class GradTap:
@@ -265,7 +281,13 @@ class GradTap:
         self._module = module
         self._on_grads = on_grads
         self._stack: list[_PendingCall | None] = []
+        self._leaves = LeafHooks()
         self.active = True
+
+    def close(self) -> int:
+        """Stop firing; remove the hooks left on leaf tensors (returns how many were held)."""
+        self.active = False
+        return self._leaves.remove_all()
 
     def install(self) -> list[Any]:
         return [self._module.register_forward_pre_hook(self._pre),
@@ -281,7 +303,9 @@ class GradTap:
         for i, arg in enumerate(args):
             if isinstance(arg, torch.Tensor) and arg.requires_grad:
                 call.waiting += 1
-                arg.register_hook(partial(self._input_grad, call, i))
+                handle = arg.register_hook(partial(self._input_grad, call, i))
+                if arg.grad_fn is None:  # a leaf keeps its hooks: see leaf_hooks
+                    call.keep_leaf_hook(i, handle, self._leaves)
         self._stack.append(call)
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
@@ -291,17 +315,45 @@ class GradTap:
         outs = tensors_in(output)
         call.grad_output = [None] * len(outs)
         for j, tensor in enumerate(outs):
-            if tensor.requires_grad:
-                tensor.register_hook(partial(self._output_grad, call, j))
+            if not tensor.requires_grad:
+                continue
+            passed_through = False
+            if call.waiting:  # an input returned as it is (Identity, eval dropout, a no-op branch)?
+                for arg in args:
+                    if arg is tensor:
+                        passed_through = True
+                        break
+            if passed_through:
+                # Its input hook, placed first, runs first: the call must also wait for this one,
+                # or it would fire with the output gradient still missing.
+                call.waiting += 1
+                handle = tensor.register_hook(partial(self._passed_through_grad, call, j))
+            else:
+                handle = tensor.register_hook(partial(self._output_grad, call, j))
+            if tensor.grad_fn is None:  # a leaf keeps its hooks: see leaf_hooks
+                call.keep_leaf_hook(-1 - j, handle, self._leaves)
 
     def _input_grad(self, call: _PendingCall, i: int, grad: torch.Tensor) -> None:
+        if call.leaf_handles is not None:
+            call.drop_leaf_hook(i)
         call.grad_input[i] = grad
         call.waiting -= 1
         if call.waiting <= 0:
             self._fire(call)
 
     def _output_grad(self, call: _PendingCall, j: int, grad: torch.Tensor) -> None:
+        if call.leaf_handles is not None:
+            call.drop_leaf_hook(-1 - j)
         call.grad_output[j] = grad
+        if call.waiting <= 0:
+            self._fire(call)
+
+    def _passed_through_grad(self, call: _PendingCall, j: int, grad: torch.Tensor) -> None:
+        """An output that is also an input: its gradient is the output's and counts as an input's."""
+        if call.leaf_handles is not None:
+            call.drop_leaf_hook(-1 - j)
+        call.grad_output[j] = grad
+        call.waiting -= 1
         if call.waiting <= 0:
             self._fire(call)
 
@@ -333,7 +385,7 @@ class Breakpoint:
     def remove(self) -> int:
         self.active = False
         for tap in self.taps:
-            tap.active = False
+            tap.close()
         for handle in self.handles:
             handle.remove()
         count = len(self.handles)

@@ -28,6 +28,7 @@ from torch import nn
 from hookscope import protocol, stop, summaries
 from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
 from hookscope.conditions import REPLAY, HookEvent
+from hookscope.leaf_hooks import LeafHooks
 from hookscope.nonfinite import NonFiniteWatch
 from hookscope.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
 from hookscope.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, SummaryBudget
@@ -61,7 +62,8 @@ class _LayerWatch:
     every step, most of the cost of watching a thousand small layers.
     """
 
-    __slots__ = ("model", "layer", "module", "interval", "next_due", "handle", "keep_output", "active")
+    __slots__ = ("model", "layer", "module", "interval", "next_due", "handle", "keep_output", "active",
+                 "leaves")
 
     def __init__(self, model: str, layer: str, module: nn.Module, interval: float, keep_output: bool) -> None:
         self.model, self.layer, self.module, self.interval = model, layer, module, interval
@@ -69,6 +71,8 @@ class _LayerWatch:
         self.handle: Any = None
         self.keep_output = keep_output
         self.active = True
+        self.leaves = LeafHooks()
+        """Gradient hooks of the last sample that sit on leaf tensors (removed at the next sample)."""
 
 
 class Engine:
@@ -541,9 +545,11 @@ class Engine:
                 self._emit({"type": "summaries", "model": watch.model, "layer": watch.layer,
                             "phase": "forward", "step": step, "tensors": tensors})
                 if torch.is_grad_enabled():
+                    if watch.leaves.handles:  # the last sample's, if its backward never came
+                        watch.leaves.remove_all()
                     for path, tensor in summaries.iter_tensors(output, "grad_output"):
                         if tensor.requires_grad:
-                            tensor.register_hook(self._watch_grad_hook(watch, path, step))
+                            watch.leaves.register(tensor, self._watch_grad_hook(watch, path, step))
             except Exception as exc:
                 watch.active = False
                 self._notice("warning", f"watching {watch.layer} failed and stopped: "
@@ -620,6 +626,7 @@ class Engine:
 
     def _drop_watch(self, watch: _LayerWatch) -> int:
         watch.active = False
+        watch.leaves.remove_all()
         self._budget.forget((watch.model, watch.layer))
         self._last_output.pop((watch.model, watch.layer), None)
         if watch.handle is None:

@@ -144,6 +144,10 @@ class RootSentinel:
         self._buffer_snapshot: list[torch.Tensor] = []
         self._buffer_ids: list[int] = []
         self._root_grads: list[torch.Tensor | None] = []
+        self._leaf_handles: dict[int, Any] = {}
+        """Root-output hooks on a leaf (a model that returned its input as it is), by output:
+        a hook on a leaf outlives the step (leaf_hooks), so each goes when it fires, or at the
+        next forward."""
         self._callback_queued = False
         self._backward_checked = True
         self._latched = False
@@ -165,8 +169,14 @@ class RootSentinel:
             handle.remove()
         count = len(self.handles)
         self.handles = []
+        self._drop_leaf_hooks()
         self._args, self._kwargs, self._root_grads = (), {}, []
         return count
+
+    def _drop_leaf_hooks(self) -> None:
+        for handle in self._leaf_handles.values():
+            handle.remove()
+        self._leaf_handles = {}
 
     # -- steady state --------------------------------------------------------
 
@@ -212,10 +222,14 @@ class RootSentinel:
                     self._investigate_forward(output)
                 return
             if torch.is_grad_enabled():
+                if self._leaf_handles:
+                    self._drop_leaf_hooks()  # the last forward's, whose backward never came
                 hooked = [t for t in outs if t.requires_grad]
                 self._root_grads = grads = [None] * len(hooked)
                 for j, tensor in enumerate(hooked):
-                    tensor.register_hook(partial(self._root_grad, grads, j))
+                    handle = tensor.register_hook(partial(self._root_grad, grads, j))
+                    if tensor.grad_fn is None:
+                        self._leaf_handles[j] = handle
         except BreakpointHit:
             raise  # the user chose 'raise'
         except Exception as exc:
@@ -225,6 +239,8 @@ class RootSentinel:
         """Tensor hook on output ``j``: keep the gradient reaching it; check at the end of the backward."""
         if not self.active or REPLAY.depth or grads is not self._root_grads:
             return  # a stale hook of an earlier forward
+        if self._leaf_handles and j in self._leaf_handles:
+            self._leaf_handles.pop(j).remove()
         grads[j] = grad
         if not self._callback_queued:
             self._callback_queued = True
@@ -486,7 +502,9 @@ class _BackwardProbe:
         roles = self._roles.get(key)
         if roles is None:
             roles = self._roles[key] = _TensorRoles(tensor)
-            tensor.register_hook(self._tensor_hook(roles))
+            # kept with the module hooks: on a leaf (the model's input, a parameter passed to a
+            # layer) the hook would outlive the replay
+            self._handles.append(tensor.register_hook(self._tensor_hook(roles)))
         return roles
 
     def _pre(self, name: str) -> Callable[..., None]:
