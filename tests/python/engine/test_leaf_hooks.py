@@ -3,7 +3,7 @@
 A hook on an activation dies with the graph; one on a leaf stays for every
 later backward. Before leaf_hooks, a breakpoint on the layer that takes a
 reused ``requires_grad`` input added a hook to it every step: after 2,000
-steps a 0.2 ms backward took 1.2 ms.
+steps a 0.2 ms training step took 1.2 ms.
 """
 
 from __future__ import annotations
