@@ -230,7 +230,7 @@ def side_by_side_markdown(row: dict | str | None, models: list[str]) -> list[str
     lines = ["", "## Side by side: one process under debugpy, configurations taking turns", "",
              "The rows above run one after another, so a machine's drift over minutes shows in their ratios. "
              "Here one process switches configuration every 5 timed steps (untimed steps for at least 2 steps and 20 ms after each switch, "
-             "the order rotated each round, the first round a warm-up, rounds repeated until a model has stepped 4 s, so that short steps get more samples); ratios divide by 'nothing watched' "
+             "the order shuffled each round, the first round a warm-up, rounds repeated until a model has stepped 4 s, so that short steps get more samples); ratios divide by 'nothing watched' "
              "measured in the same rounds.", ""]
     if isinstance(row, str):
         return lines + [row]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
 import resource
 import statistics
 import time
@@ -135,6 +136,8 @@ caches); in a real run the watch exists already and samples a few times a second
 MIN_MODEL_S = 4.0
 """Side-by-side rounds continue (at most MAX_ROUNDS) until a model has stepped this long."""
 MAX_ROUNDS = 60
+ORDER_SEED = 7
+"""The configurations' order is shuffled each round from this seed (the same orders every run)."""
 
 
 def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
@@ -158,14 +161,17 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
             return timed_step(model, batch, loss_fn, optimizer, sync)
 
         times: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
+        shuffler = random.Random(ORDER_SEED)
         min_rounds = 1 + -(-steps // BLOCK_STEPS)  # the first round warms up
         stepping_s, round_ = 0.0, 0
         # Short steps are noisy on a shared machine: a small model gets more rounds, until it has
         # stepped MIN_MODEL_S (switching is not counted: setBreakpoints on every layer of every
         # model this worker holds takes longer than a small model's whole round).
         while round_ < min_rounds or (stepping_s < MIN_MODEL_S and round_ < MAX_ROUNDS):
-            # rotate the order, so no configuration always follows the same one
-            order = SIDE_BY_SIDE[round_ % len(SIDE_BY_SIDE):] + SIDE_BY_SIDE[:round_ % len(SIDE_BY_SIDE)]
+            # a new order each round, so no configuration always follows the same one (rotating a
+            # fixed order would not do: each would always follow the same neighbour)
+            order = list(SIDE_BY_SIDE)
+            shuffler.shuffle(order)
             for config in order:
                 for request in requests_for(config, model_id, layers):
                     engine.handle(request)
