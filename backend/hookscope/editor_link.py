@@ -205,12 +205,18 @@ class EditorLink:
 
     def _handshake(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(protocol.HELLO_DEADLINE_S)
+        deadline = time.monotonic() + protocol.HELLO_DEADLINE_S
         reader = codec.FrameReader()
         hello = None
         rest: list = []
         try:
             while hello is None:
+                # The deadline is for the whole hello: a client sending a byte now and then
+                # must not hold the connection open by resetting a per-read timeout.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout(f"no hello within {protocol.HELLO_DEADLINE_S:g} s")
+                sock.settimeout(left)
                 data = sock.recv(1 << 16)
                 if not data:
                     sock.close()
