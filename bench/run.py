@@ -159,7 +159,8 @@ def main() -> int:
                 rows[mode] = run_row(mode, args.python, models, args, Path(tmp))
             except Exception as exc:  # noqa: BLE001 - a row that cannot run says why in the table
                 rows[mode] = f"failed: {type(exc).__name__}: {exc}"
-    side = {name: extra(name, args.python) for name in ("latency.py", "render_bench.py", "lsp_bench.py", "variables_bench.py")}
+    side = {name: extra(name, args.python) for name in ("latency.py", "nan_floor.py", "render_bench.py", "lsp_bench.py",
+                                                     "variables_bench.py")}
     text = render_markdown(rows, models, args, side)
     Path(args.out).write_text(text, encoding="utf-8")
     print(text)
