@@ -305,3 +305,21 @@ def test_backward_phase_hands_the_exact_gradients_also_for_inplace_layers_and_le
     torch.testing.assert_close(linear.grad_input[0], x.grad)
     engine.remove_model("seq")
     assert hooks_left(model) == []
+
+
+def test_backward_on_a_layer_that_returns_its_input_unchanged_gets_its_output_gradient(setup):
+    # nn.Identity (or dropout in eval mode) hands its input back: input and output are one tensor,
+    # whose input hook runs first; the breakpoint must still see the output gradient.
+    _, engine, _ = setup
+    model = nn.Sequential(nn.Linear(4, 4), nn.Identity(), nn.Linear(4, 2))
+    engine.add_model("seq", model)
+    hits: list = []
+    set_bp(engine, hits, layer="1", model="seq", phases=["backward"],
+           condition={"kind": "grad_norm_above", "threshold": 0.0})
+    h = model[0](torch.randn(3, 4))
+    h.retain_grad()
+    model[2](model[1](h)).sum().backward()
+    assert [hit.layer for hit in hits] == ["1"]
+    torch.testing.assert_close(hits[0].grad_output[0], h.grad)
+    torch.testing.assert_close(hits[0].grad_input[0], h.grad)
+    engine.remove_model("seq")
