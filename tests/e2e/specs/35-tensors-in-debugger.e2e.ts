@@ -79,6 +79,14 @@ describe('tensors in the debugger views', function () {
     assert.ok(halves.width >= 16 && halves.height >= 16, JSON.stringify(halves));
     assert.ok(halves.right > halves.left + 60, `the 1.0 half is brighter than the 0.0 half: ${JSON.stringify(halves)}`);
     await workbench.screenshot('show-in-hookscope-slice');
+    // Content scrolls under the sticky header: the header must hide it (it was transparent,
+    // and a short panel showed the inspect text across the headline).
+    const backgrounds = await frame.locator('[data-testid=panel-header]').evaluate((header) => ({
+      header: getComputedStyle(header).backgroundColor,
+      body: getComputedStyle(document.body).backgroundColor,
+    }));
+    assert.equal(backgrounds.header, backgrounds.body, JSON.stringify(backgrounds));
+    assert.doesNotMatch(backgrounds.header, /^transparent$|rgba\(.*,\s*0\)$/, `an opaque header: ${backgrounds.header}`);
 
     const stoppedAt = trace.mark();
     await dbg.stop();
