@@ -848,8 +848,12 @@ def summaries_first_tensor(value: Any) -> torch.Tensor | None:
 
 def _input_signature(args: tuple) -> tuple:
     """The shapes of a call's tensor arguments: a new signature means a new shape pass."""
-    # a list, not a generator: under a debugger each generator resume is a trace event
-    return tuple([tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
+    # a loop, not a comprehension or a generator: under a debugger each is one more traced call
+    shapes = []
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            shapes.append(tuple(arg.shape))
+    return tuple(shapes)
 
 
 def _detached(value: Any) -> Any:

@@ -149,7 +149,8 @@ class RootSentinel:
         a hook on a leaf outlives the step (leaf_hooks), so each goes when it fires, or at the
         next forward."""
         self._callback_queued = False
-        self._backward_checked = True
+        self.gradients_unchecked = False
+        """A forward ran whose gradients were not checked yet (the optimizer hook asks)."""
         self._latched = False
         """A non-finite step was reported; quiet until a clean step."""
 
@@ -186,18 +187,19 @@ class RootSentinel:
         try:
             self._args, self._kwargs = args, kwargs
             self._grad_enabled = torch.is_grad_enabled()
-            self._cpu_rng = torch.get_rng_state()
+            self._cpu_rng = torch.default_generator.get_state()  # torch.get_rng_state, one frame less
             self._cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-            self._snapshot_buffers()
+            buffers = self.tensors.buffers()
+            if buffers or self._buffer_ids:
+                self._snapshot_buffers(buffers)
             self._root_grads = []
-            self._backward_checked = False
+            self.gradients_unchecked = True
         except BreakpointHit:
             raise  # the user chose 'raise'
         except Exception as exc:
             self._error("snapshot", exc)
 
-    def _snapshot_buffers(self) -> None:
-        buffers = self.tensors.buffers()
+    def _snapshot_buffers(self, buffers: list[torch.Tensor]) -> None:
         ids = [id(b) for b in buffers]
         if ids == self._buffer_ids:  # the same tensors as last step: copy into the snapshot in place
             if not buffers:
@@ -224,9 +226,12 @@ class RootSentinel:
             if torch.is_grad_enabled():
                 if self._leaf_handles:
                     self._drop_leaf_hooks()  # the last forward's, whose backward never came
-                hooked = [t for t in outs if t.requires_grad]
-                self._root_grads = grads = [None] * len(hooked)
-                for j, tensor in enumerate(hooked):
+                self._root_grads = grads = []
+                for tensor in outs:
+                    if not tensor.requires_grad:
+                        continue
+                    j = len(grads)
+                    grads.append(None)
                     handle = tensor.register_hook(partial(self._root_grad, grads, j))
                     if tensor.grad_fn is None:
                         self._leaf_handles[j] = handle
@@ -259,11 +264,13 @@ class RootSentinel:
 
     def check_gradients(self, replay: bool) -> None:
         """The end-of-backward check (one sync); investigate when bad."""
-        self._backward_checked = True
+        self.gradients_unchecked = False
         flat, norm = self.tensors.grad_groups()
-        root_grads = [g for g in self._root_grads if g is not None]
-        for grad in root_grads:  # usually one: a small CPU one joins the flattened copy
-            (flat if flattens(grad) else norm).append(grad)
+        root_grads = []
+        for grad in self._root_grads:  # usually one: a small CPU one joins the flattened copy
+            if grad is not None:
+                root_grads.append(grad)
+                (flat if flattens(grad) else norm).append(grad)
         if _grads_finite(flat, norm, self.tensors.half_grads):
             self._latched = False
             return
@@ -284,7 +291,7 @@ class RootSentinel:
 
     def check_if_unchecked(self) -> None:
         """Optimizer step pre-hook: check when the end-of-backward callback did not run."""
-        if self.active and not self._backward_checked and not REPLAY.depth:
+        if self.active and self.gradients_unchecked and not REPLAY.depth:
             try:
                 self.check_gradients(replay=False)
             except BreakpointHit:
@@ -621,4 +628,5 @@ class NonFiniteWatch:
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         for sentinel in list(self.sentinels.values()):
-            sentinel.check_if_unchecked()
+            if sentinel.gradients_unchecked:  # the end-of-backward check usually ran: no call
+                sentinel.check_if_unchecked()
