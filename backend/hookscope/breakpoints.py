@@ -312,7 +312,7 @@ class GradTap:
         call = self._stack.pop() if self._stack else None
         if call is None or not self.active:
             return
-        outs = tensors_in(output)
+        outs = [output] if isinstance(output, torch.Tensor) else tensors_in(output)  # the usual case: no call
         call.grad_output = [None] * len(outs)
         for j, tensor in enumerate(outs):
             if not tensor.requires_grad:

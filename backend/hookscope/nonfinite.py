@@ -217,7 +217,7 @@ class RootSentinel:
         if not self.active or REPLAY.depth:
             return
         try:
-            outs = tensors_in(output)
+            outs = [output] if isinstance(output, torch.Tensor) else tensors_in(output)  # the usual case: no call
             if not all_finite(outs):  # the one sync of the forward
                 if not self._latched:
                     self._latched = True
