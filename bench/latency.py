@@ -2,6 +2,8 @@
 
 * hook -> ``hit`` frame arriving at the editor's socket reader (p50/p95), with a
   layer breakpoint whose action is "log" (no debugger to pause);
+* hook -> ``summaries`` frame arriving there (p50/p95), a layer watched at an
+  unlimited rate;
 * a panel update: hook -> ``summaries`` frame -> the editor's ``render`` request
   for a feature-map grid -> the PNG at the editor (p50/p95; target <= 150 ms),
   on the CNN of examples/ while it trains;
@@ -49,7 +51,7 @@ def main() -> None:
     while len(models) < 3:
         model = conn.wait_event("modelAdded", timeout=30)["model"]
         models[len(model["modules"])] = model["id"]
-    stack_id, cnn_id = models[1001], models[len(list(cnn.modules()))]
+    small_id, stack_id, cnn_id = models[4], models[1001], models[len(list(cnn.modules()))]
 
     fired: list[float] = []
     small[2].register_forward_pre_hook(lambda *_: fired.append(time.perf_counter()))
@@ -65,6 +67,7 @@ def main() -> None:
     print(f"hook -> hit frame at the editor: p50 {statistics.median(latencies):.2f} ms, "
           f"p95 {percentile(latencies, 0.95):.2f} ms (200 hits)")
 
+    summary_latency(conn, small, small_id)
     panel_update_latency(conn, cnn, cnn_id)
 
     layers = [str(i) for i in range(1000)]
@@ -90,6 +93,30 @@ def main() -> None:
           f"cost under 4% of the time): {len(frames) / elapsed:.0f} frames/s ({tensors / elapsed:.0f} tensor "
           f"summaries/s), {size / elapsed / 1e6:.2f} MB/s over {elapsed:.1f} s")
     link.close()
+
+
+def summary_latency(conn, small: nn.Module, small_id: str, frames: int = 200) -> None:
+    """A watched layer's forward: time from its hook to the ``summaries`` frame at the editor."""
+    fired: list[float] = []
+    handle = small[0].register_forward_pre_hook(lambda *_: fired.append(time.perf_counter()))
+    conn.request("watch", model=small_id, layers=["0"], rateHz=1e6)
+    latencies = []
+    x = torch.randn(4, 16)
+    calls = 0
+    while len(latencies) < frames and calls < 20 * frames:
+        with torch.no_grad():
+            small(x)
+        calls += 1
+        try:  # the summary budget may stretch the interval past this call: wait for the next one
+            conn.wait_event("summaries", lambda m: m.get("layer") == "0" and m.get("phase") == "forward",
+                            timeout=0.1)
+        except TimeoutError:
+            continue
+        latencies.append((time.perf_counter() - fired[-1]) * 1e3)
+    conn.request("watch", model=small_id, layers=[])
+    handle.remove()
+    print(f"hook -> summaries frame at the editor: p50 {statistics.median(latencies):.2f} ms, "
+          f"p95 {percentile(latencies, 0.95):.2f} ms ({len(latencies)} frames in {calls} calls)")
 
 
 def panel_update_latency(conn, cnn: SmallCNN, cnn_id: str, steps: int = 60) -> None:
