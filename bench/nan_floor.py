@@ -8,8 +8,8 @@ torch calls run in bare hooks with no Hookscope code around them, one part
 more in each configuration, the configurations taking turns in one process;
 the last line is Hookscope's own sentinel. The gap between "all parts" and
 Hookscope is Hookscope's own Python; the rest is what a per-step check of
-this kind costs on a 0.4 ms step. Plain Python (no debugger), one intra-op
-thread.
+this kind costs on a 0.4 ms step. One intra-op thread; ``make bench`` runs it
+in plain Python and again under debugpy.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def main() -> None:
                 times[name] += block
     engine.shutdown()
     base = statistics.median(times["nothing"])
-    print(f"Break on NaN/Inf on the stack of ten, plain Python: median of {ROUNDS * BLOCK_STEPS} steps per line, "
+    where = "under debugpy" if "debugpy" in sys.modules else "plain Python"
+    print(f"Break on NaN/Inf on the stack of ten, {where}: median of {ROUNDS * BLOCK_STEPS} steps per line, "
           "configurations taking turns; each line adds one part to the one above")
     print(f"{'configuration':52} {'step ms':>8} {'ratio':>7} {'added µs':>9}")
     previous = base

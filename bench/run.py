@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -75,33 +76,50 @@ def run_row(mode: str, python: str, models: list[str], args: argparse.Namespace,
         subprocess.run([python, *worker], check=True, cwd=HERE)
         return json.loads(out.read_text())
     link = EditorLink() if mode.startswith("hookscope") else None
-    env = {"PYTHONUNBUFFERED": "1"}
+    env = {}
+    on_launched = None
     if link is not None:
         ready = tmp / f"{mode}.ready"
         worker += ["--ready-file", str(ready)]
         env.update(link.env())
         env["PYTHONPATH"] = bootstrap.pythonpath(os.environ.get("PYTHONPATH"))
+
+        def on_launched() -> None:
+            configure(mode, link, expected_models=len(models))
+            ready.write_text("go")
+    try:
+        under_debugpy(python, worker, env, args.row_timeout, on_launched)
+    finally:
+        if link is not None:
+            link.close()
+    return json.loads(out.read_text())
+
+
+def under_debugpy(python: str, command: list[str], env: dict[str, str], timeout: float,
+                  on_launched: Callable[[], None] | None = None) -> str:
+    """Run ``command`` (a script and its arguments) under the real debugpy adapter, launched as
+    the extension launches it (justMyCode, Hookscope's rule); returns what it printed."""
+    printed: list[str] = []
     dap = DapClient.start_adapter(python)
+    dap.on_event = lambda event: printed.append(event["body"].get("output", "")) if (
+        event.get("event") == "output" and event["body"].get("category") == "stdout") else None
     try:
         dap.initialize("hookscope-bench")
         launch = dap.send_request("launch", {
-            "name": f"bench {mode}", "type": "debugpy", "request": "launch",
-            "program": worker[0], "args": worker[1:], "cwd": str(HERE), "python": [python],
-            "console": "internalConsole", "justMyCode": True, "env": env,
+            "name": f"bench {Path(command[0]).name}", "type": "debugpy", "request": "launch",
+            "program": command[0], "args": command[1:], "cwd": str(HERE), "python": [python],
+            "console": "internalConsole", "justMyCode": True, "env": {"PYTHONUNBUFFERED": "1", **env},
             "rules": [{"module": "hookscope", "include": True}], "redirectOutput": True})
         dap.wait_event("initialized", timeout=60)
         dap.request("setExceptionBreakpoints", {"filters": []})
         dap.request("configurationDone")
         launch.result(60)
-        if link is not None:
-            configure(mode, link, expected_models=len(models))
-            ready.write_text("go")
-        dap.wait_event("terminated", timeout=args.row_timeout)
+        if on_launched is not None:
+            on_launched()
+        dap.wait_event("terminated", timeout=timeout)
     finally:
         dap.close()
-        if link is not None:
-            link.close()
-    return json.loads(out.read_text())
+    return "".join(printed)
 
 
 def peer_available(mode: str, python: str) -> str | None:
@@ -123,6 +141,14 @@ def extra(script: str, python: str) -> str:
     if proc.returncode:
         return f"(`bench/{script}` failed: {proc.stderr.strip().splitlines()[-1:]})"
     return proc.stdout.strip()
+
+
+def nan_floor_under_debugpy(python: str) -> str:
+    """nan_floor.py again, under the debugger the rows above measure against."""
+    try:
+        return under_debugpy(python, [str(HERE / "nan_floor.py")], {}, timeout=600).strip()
+    except Exception as exc:  # noqa: BLE001 - the section says why instead
+        return f"(`bench/nan_floor.py` under debugpy failed: {type(exc).__name__}: {exc})"
 
 
 def versions(python: str) -> str:
@@ -161,6 +187,7 @@ def main() -> int:
                 rows[mode] = f"failed: {type(exc).__name__}: {exc}"
     side = {name: extra(name, args.python) for name in ("latency.py", "nan_floor.py", "render_bench.py", "lsp_bench.py",
                                                      "variables_bench.py")}
+    side["nan_floor.py under debugpy"] = nan_floor_under_debugpy(args.python)
     text = render_markdown(rows, models, args, side)
     Path(args.out).write_text(text, encoding="utf-8")
     print(text)
