@@ -129,7 +129,7 @@ class ModuleTensors:
 
     def grad_groups(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Every parameter's ``.grad`` once: (small CPU ones to flatten, the rest to norm)."""
-        self._uses += 1
+        self._uses += 1  # modules()'s staleness test, written out: one call less per step
         if self._generation != self._structure.generation or self._uses > REFRESH_EVERY:
             self._rebuild()
         flat: list[torch.Tensor] = []
@@ -144,7 +144,7 @@ class ModuleTensors:
 
     def buffers(self) -> list[torch.Tensor]:
         """Every buffer once, read afresh from its module."""
-        self._uses += 1
+        self._uses += 1  # as in grad_groups
         if self._generation != self._structure.generation or self._uses > REFRESH_EVERY:
             self._rebuild()
         buffers = []
