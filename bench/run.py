@@ -6,7 +6,9 @@ connected with nothing watched; break on NaN/Inf over all layers; summaries
 of all layers streamed at the panel's rate; a never-true conditional layer
 breakpoint on every layer; and the peers detect_anomaly, Hugging Face's
 DebugUnderflowOverflow and TorchLens. Each row is one process that trains
-every model, so rows are measured side by side in one run.
+every model, so rows are measured side by side in one run. With ``--devices
+auto`` (the default) the rows run on the CPU and, when the bench's Python sees
+a CUDA device, again on it, in a section of their own.
 """
 
 from __future__ import annotations
@@ -67,10 +69,11 @@ def configure(mode: str, link: EditorLink, expected_models: int, timeout: float 
             conn.request(request.pop("type"), **request)
 
 
-def run_row(mode: str, python: str, models: list[str], args: argparse.Namespace, tmp: Path) -> dict:
-    out = tmp / f"{mode}.json"
+def run_row(mode: str, python: str, models: list[str], args: argparse.Namespace, tmp: Path,
+            device: str = "cpu") -> dict:
+    out = tmp / f"{mode}-{device}.json"
     worker = [str(HERE / "worker.py"), "--models", ",".join(models), "--mode", mode,
-              "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device,
+              "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", device,
               "--out", str(out)]
     if mode == "plain":
         subprocess.run([python, *worker], check=True, cwd=HERE)
@@ -79,7 +82,7 @@ def run_row(mode: str, python: str, models: list[str], args: argparse.Namespace,
     env = {}
     on_launched = None
     if link is not None:
-        ready = tmp / f"{mode}.ready"
+        ready = tmp / f"{mode}-{device}.ready"
         worker += ["--ready-file", str(ready)]
         env.update(link.env())
         env["PYTHONPATH"] = bootstrap.pythonpath(os.environ.get("PYTHONPATH"))
@@ -151,6 +154,24 @@ def nan_floor_under_debugpy(python: str) -> str:
         return f"(`bench/nan_floor.py` under debugpy failed: {type(exc).__name__}: {exc})"
 
 
+def chosen_devices(spec: str, python: str) -> dict[str, str]:
+    """{device: its name} to measure on: ``auto`` is the CPU, and CUDA when the bench's Python has one."""
+    wanted = ["cpu", "cuda"] if spec == "auto" else spec.split(",")
+    code = ("import platform, sys, torch; cuda = torch.cuda.is_available(); "
+            "print(platform.processor() or platform.machine()); "
+            "print(torch.cuda.get_device_name() if cuda else '')")
+    cpu_name, cuda_name = (subprocess.run([python, "-c", code], capture_output=True, text=True).stdout
+                           .splitlines() + ["", ""])[:2]
+    devices = {}
+    for device in wanted:
+        if device.startswith("cuda") and not cuda_name:
+            if spec != "auto":
+                raise SystemExit(f"bench: no CUDA device for {python}")
+            continue
+        devices[device] = cuda_name if device.startswith("cuda") else cpu_name
+    return devices
+
+
 def versions(python: str) -> str:
     code = ("import sys, torch, debugpy, hookscope; "
             "print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, "
@@ -163,7 +184,8 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--devices", default="auto",
+                        help="comma-separated devices (cpu, cuda); 'auto': cpu, and cuda when there is one")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--modes", default=",".join(LABELS))
     parser.add_argument("--row-timeout", type=float, default=900)
@@ -173,40 +195,67 @@ def main() -> int:
     # abspath, not resolve(): a venv's python is a symlink whose target is not the venv.
     args.python = os.path.abspath(args.python) if os.sep in args.python else args.python
     models = args.models.split(",")
-    rows: dict[str, dict | str] = {}
+    devices = chosen_devices(args.devices, args.python)
+    by_device: dict[str, dict[str, dict | str]] = {}
     with tempfile.TemporaryDirectory(prefix="hookscope-bench-") as tmp:
-        for mode in args.modes.split(","):
-            missing = peer_available(mode, args.python)
-            if missing:
-                rows[mode] = missing
-                continue
-            print(f"bench: {LABELS[mode]} ...", flush=True)
-            try:
-                rows[mode] = run_row(mode, args.python, models, args, Path(tmp))
-            except Exception as exc:  # noqa: BLE001 - a row that cannot run says why in the table
-                rows[mode] = f"failed: {type(exc).__name__}: {exc}"
+        for device in devices:
+            by_device[device] = measure_rows(device, models, args, Path(tmp))
     side = {name: extra(name, args.python) for name in ("latency.py", "nan_floor.py", "render_bench.py", "lsp_bench.py",
                                                      "variables_bench.py")}
     side["nan_floor.py under debugpy"] = nan_floor_under_debugpy(args.python)
-    text = render_markdown(rows, models, args, side)
+    text = render_markdown(by_device, devices, models, args, side)
     Path(args.out).write_text(text, encoding="utf-8")
     print(text)
     return 0
 
 
-def render_markdown(rows: dict, models: list[str], args: argparse.Namespace, side: dict[str, str]) -> str:
-    base = rows.get("debugpy")
-    plain = rows.get("plain")
+def measure_rows(device: str, models: list[str], args: argparse.Namespace, tmp: Path) -> dict[str, dict | str]:
+    """Every row on one device: {mode: the worker's results, or why the row could not run}."""
+    rows: dict[str, dict | str] = {}
+    for mode in args.modes.split(","):
+        missing = peer_available(mode, args.python)
+        if missing:
+            rows[mode] = missing
+            continue
+        print(f"bench ({device}): {LABELS[mode]} ...", flush=True)
+        try:
+            rows[mode] = run_row(mode, args.python, models, args, tmp, device)
+        except Exception as exc:  # noqa: BLE001 - a row that cannot run says why in the table
+            rows[mode] = f"failed: {type(exc).__name__}: {exc}"
+    return rows
+
+
+def render_markdown(by_device: dict[str, dict], devices: dict[str, str], models: list[str],
+                    args: argparse.Namespace, side: dict[str, str]) -> str:
+    """The first device's tables, then any other device's in a section of its own, then the side benchmarks."""
+    first, *others = by_device
+    measured = ", ".join(f"`{device}` ({name})" if name else f"`{device}`" for device, name in devices.items())
     lines = [
         "# Hookscope benchmark results", "",
         f"Date {datetime.date.today().isoformat()}; machine: {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"{platform.platform()}; device `{args.device}`; {versions(args.python)}.",
+        f"{platform.platform()}; measured on {measured}; {versions(args.python)}.",
         f"Median of {args.steps} steps after {args.warmup} warm-up steps (forward + backward + optimizer "
         "step), one intra-op thread. Ratios divide by the row 'under debugpy, no Hookscope' measured in the same run; "
-        "the ratio to plain Python is in brackets.", "",
-        "| row | " + " | ".join(models) + " |",
-        "|---|" + "---|" * len(models),
+        "the ratio to plain Python is in brackets.",
     ]
+    if not others:
+        lines.append("No CUDA device was present: CPU rows only.")
+    lines += device_tables(by_device[first], models, heading="##")
+    for device in others:
+        lines += ["", f"## On `{device}` ({devices[device]})", "",
+                  "The same rows, models and configurations on this device; peak RSS is host memory, "
+                  "so the memory table is the CPU run's only."]
+        lines += device_tables(by_device[device], models, heading="###", memory=False)
+    for name, text in side.items():
+        lines += ["", f"## {name}", "", "```", text, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def device_tables(rows: dict, models: list[str], heading: str, memory: bool = True) -> list[str]:
+    """The row table, the cost per layer, the side-by-side tables and (optionally) memory, for one device."""
+    base = rows.get("debugpy")
+    plain = rows.get("plain")
+    lines = ["", "| row | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     for mode, row in rows.items():
         if mode == SIDE_BY_SIDE_MODE:
             continue
@@ -223,7 +272,7 @@ def render_markdown(rows: dict, models: list[str], args: argparse.Namespace, sid
                 cell += f" ({t / plain['results'][model]['median_s']:.2f}×)"
             cells.append(cell)
         lines.append(f"| {LABELS[mode]} | " + " | ".join(cells) + " |")
-    lines += ["", "## Cost per watched layer (stack of N small layers)", "",
+    lines += ["", f"{heading} Cost per watched layer (stack of N small layers)", "",
               "| row | µs per layer per step, N=10 | N=100 | N=1000 |", "|---|---|---|---|"]
     if isinstance(base, dict):
         for mode in HOOKSCOPE_MODES:
@@ -239,23 +288,22 @@ def render_markdown(rows: dict, models: list[str], args: argparse.Namespace, sid
                 else:
                     cells.append("–")
             lines.append(f"| {LABELS[mode]} | " + " | ".join(cells) + " |")
-    lines += side_by_side_markdown(rows.get(SIDE_BY_SIDE_MODE), models)
-    lines += ["", "## Memory", "", "| row | peak RSS | tensors alive after the run (not parameters) |",
-              "|---|---|---|"]
-    for mode, row in rows.items():
-        if isinstance(row, dict):
-            lines.append(f"| {LABELS[mode]} | {row['peak_rss_mb']:.0f} MB | {row['live_tensors']} "
-                         f"({row['live_tensor_bytes'] / 1e6:.2f} MB) |")
-    for name, text in side.items():
-        lines += ["", f"## {name}", "", "```", text, "```"]
-    return "\n".join(lines) + "\n"
+    lines += side_by_side_markdown(rows.get(SIDE_BY_SIDE_MODE), models, heading)
+    if memory:
+        lines += ["", f"{heading} Memory", "", "| row | peak RSS | tensors alive after the run (not parameters) |",
+                  "|---|---|---|"]
+        for mode, row in rows.items():
+            if isinstance(row, dict):
+                lines.append(f"| {LABELS[mode]} | {row['peak_rss_mb']:.0f} MB | {row['live_tensors']} "
+                             f"({row['live_tensor_bytes'] / 1e6:.2f} MB) |")
+    return lines
 
 
-def side_by_side_markdown(row: dict | str | None, models: list[str]) -> list[str]:
+def side_by_side_markdown(row: dict | str | None, models: list[str], heading: str = "##") -> list[str]:
     """The side-by-side row: each configuration against 'nothing watched' in the same process."""
     if row is None:
         return []
-    lines = ["", "## Side by side: one process under debugpy, configurations taking turns", "",
+    lines = ["", f"{heading} Side by side: one process under debugpy, configurations taking turns", "",
              "The rows above run one after another, so a machine's drift over minutes shows in their ratios. "
              "Here one process switches configuration every 5 timed steps (untimed steps for at least 2 steps and 20 ms after each switch, "
              "the order shuffled each round, the first round a warm-up, rounds repeated until a model has stepped 4 s, so that short steps get more samples); ratios divide by 'nothing watched' "
