@@ -153,7 +153,7 @@ def test_slow_editor_that_answers_heartbeats_is_not_taken_for_dead():
 
 
 def test_tree_of_a_1000_layer_model_reaches_the_editor_first(link):
-    """The tree is sent right after hello, ahead of any queued event (bench/load_bench.py times it)."""
+    """The tree is sent right after hello, ahead of any queued event (docs/reliability.md: about 0.2-0.3 s here)."""
     model = deep_model()
     a = Agent(link.host, link.port, link.token, discover=False)
     a._on_model_added("m1", model, discovery.describe("m1", model, "deep"))
@@ -165,6 +165,6 @@ def test_tree_of_a_1000_layer_model_reaches_the_editor_first(link):
         took = time.monotonic() - start
         assert len(event["model"]["modules"]) == LAYERS + 1
         assert [m["type"] for m in conn.received][0] == "modelAdded"
-        assert took < 10  # generous; typically well under a second (see bench/load_bench.py)
+        assert took < 10  # generous: well under a second here
     finally:
         a.stop()
