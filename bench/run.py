@@ -157,7 +157,7 @@ def nan_floor_under_debugpy(python: str) -> str:
 def chosen_devices(spec: str, python: str) -> dict[str, str]:
     """{device: its name} to measure on: ``auto`` is the CPU, and CUDA when the bench's Python has one."""
     wanted = ["cpu", "cuda"] if spec == "auto" else spec.split(",")
-    code = ("import platform, sys, torch; cuda = torch.cuda.is_available(); "
+    code = ("import platform, torch; cuda = torch.cuda.is_available(); "
             "print(platform.processor() or platform.machine()); "
             "print(torch.cuda.get_device_name() if cuda else '')")
     cpu_name, cuda_name = (subprocess.run([python, "-c", code], capture_output=True, text=True).stdout
