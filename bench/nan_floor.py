@@ -47,6 +47,8 @@ class BareCheck:
         self.model, self.parts = model, parts
         self.params = list(model.parameters())
         self.handles: list[Any] = []
+        self.args: tuple = ()  # kept for a replay, as the sentinel keeps them
+        self.rng: torch.Tensor | None = None
         self.root_grad: torch.Tensor | None = None
 
     def install(self) -> None:
