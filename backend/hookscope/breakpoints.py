@@ -239,12 +239,18 @@ def _self_attr(node: ast.expr) -> str | None:
 # Backward phase through tensor hooks
 
 class _PendingCall:
-    __slots__ = ("grad_input", "grad_output", "waiting", "fired", "leaf_handles")
+    __slots__ = ("grad_input", "grad_output", "waiting", "outputs_hooked", "outputs_reached", "fired",
+                 "leaf_handles")
 
     def __init__(self, n_in: int) -> None:
         self.grad_input: list[Any] = [None] * n_in
         self.grad_output: list[Any] = []
         self.waiting = 0
+        self.outputs_hooked = 0
+        self.outputs_reached = 0
+        """Output gradients seen: a backward that reached the inputs but none of the hooked outputs
+        did not run this call's backward (a forward with no backward of its own, whose hook on a
+        reused leaf input fires in a later step's backward)."""
         self.fired = False
         self.leaf_handles: dict[int, Any] | None = None
         """Hooks this call placed on leaf tensors, by input index (outputs: -1 - index): each is
@@ -270,7 +276,8 @@ class GradTap:
     a forward hook hooks the outputs. ``grad_output`` is exact; ``grad_input``
     is the gradient reaching each positional input tensor (summed over every
     use of that tensor). Fires when every hooked input got its gradient, or
-    at the first output gradient when no input needs one.
+    at the first output gradient when no input needs one; never when no
+    hooked output got one (the backward did not pass through this call).
 
     Runs in every forward and backward of a watched layer, so the hooks are
     ``partial``s of methods (no closure factory call) and loop in their own
@@ -323,6 +330,7 @@ class GradTap:
                     if arg is tensor:
                         passed_through = True
                         break
+            call.outputs_hooked += 1
             if passed_through:
                 # Its input hook, placed first, runs first: the call must also wait for this one,
                 # or it would fire with the output gradient still missing.
@@ -345,6 +353,7 @@ class GradTap:
         if call.leaf_handles is not None:
             call.drop_leaf_hook(-1 - j)
         call.grad_output[j] = grad
+        call.outputs_reached += 1
         if call.waiting <= 0:
             self._fire(call)
 
@@ -353,13 +362,14 @@ class GradTap:
         if call.leaf_handles is not None:
             call.drop_leaf_hook(-1 - j)
         call.grad_output[j] = grad
+        call.outputs_reached += 1
         call.waiting -= 1
         if call.waiting <= 0:
             self._fire(call)
 
     def _fire(self, call: _PendingCall) -> None:
-        if call.fired or not self.active:
-            return
+        if call.fired or not self.active or (call.outputs_hooked and not call.outputs_reached):
+            return  # (outputs hooked, none reached: this backward did not pass through the call)
         call.fired = True
         self._on_grads(self._module, tuple(call.grad_input), tuple(call.grad_output))
 

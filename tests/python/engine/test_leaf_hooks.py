@@ -112,3 +112,19 @@ def test_leaf_hooks_keeps_leaves_only_and_drops_the_oldest_beyond_its_bound():
         assert leaves.register(leaf, lambda g: None) is not None
     assert len(leaves.handles) == 3 and hooks_on(leaf) == 3
     assert leaves.remove_all() == 3 and hooks_on(leaf) == 0
+
+
+def test_a_forward_with_no_backward_does_not_fire_at_the_next_steps_backward(leafy):
+    # Its hook on the reused input is still there when the next step's backward computes that
+    # input's gradient: it must not report a backward of the call that never had one.
+    model, engine, x = leafy
+    hits: list = []
+    engine.set_breakpoints([{"id": "every", "layer": "*", "phases": ["backward"], "callback": hits.append,
+                             "condition": {"kind": "absmax_above", "threshold": 0.0}}])  # reads grad_input
+    model(x)  # an evaluation pass that forgot no_grad
+    model(x).sum().backward()
+    layers = [h.layer for h in hits]
+    # "" and "embed" take the reused input x: one hit each, with the output gradient of this step.
+    # ("same" returns a Parameter as it is: no graph node tells which forward its gradient is for.)
+    assert layers.count("") == 1 and layers.count("embed") == 1, layers
+    assert all(g is not None for h in hits if h.layer in ("", "embed") for g in h.grad_output)
