@@ -359,13 +359,8 @@ class GradTap:
 
     def _passed_through_grad(self, call: _PendingCall, j: int, grad: torch.Tensor) -> None:
         """An output that is also an input: its gradient is the output's and counts as an input's."""
-        if call.leaf_handles is not None:
-            call.drop_leaf_hook(-1 - j)
-        call.grad_output[j] = grad
-        call.outputs_reached += 1
         call.waiting -= 1
-        if call.waiting <= 0:
-            self._fire(call)
+        self._output_grad(call, j, grad)  # a call more, only for these rare layers
 
     def _fire(self, call: _PendingCall) -> None:
         if call.fired or not self.active or (call.outputs_hooked and not call.outputs_reached):
