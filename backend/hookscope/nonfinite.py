@@ -200,10 +200,9 @@ class RootSentinel:
             self._error("snapshot", exc)
 
     def _snapshot_buffers(self, buffers: list[torch.Tensor]) -> None:
+        """Called when there are buffers now or were last step (``_pre`` skips a model with none)."""
         ids = [id(b) for b in buffers]
         if ids == self._buffer_ids:  # the same tensors as last step: copy into the snapshot in place
-            if not buffers:
-                return
             try:
                 with torch.no_grad():
                     torch._foreach_copy_(self._buffer_snapshot, buffers)
