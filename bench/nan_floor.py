@@ -48,7 +48,7 @@ class BareCheck:
         self.params = list(model.parameters())
         self.handles: list[Any] = []
         self.args: tuple = ()  # kept for a replay, as the sentinel keeps them
-        self.rng: torch.Tensor | None = None
+        self.rng: torch.Generator | None = None
         self.root_grad: torch.Tensor | None = None
 
     def install(self) -> None:
@@ -63,7 +63,7 @@ class BareCheck:
     def pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.args = args
         if self.parts >= 2:
-            self.rng = torch.get_rng_state()
+            self.rng = torch.default_generator.clone_state()
 
     def post(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> None:
         if self.parts >= 3 and not math.isfinite(output.detach().sum().item()):

@@ -717,7 +717,9 @@ class Engine:
             if time.monotonic() + ARM_AHEAD_S >= self._arm_at:
                 self._arm_due()
             if self._shapes_wanted and model_id not in self._shape_handles:
-                signature = _input_signature(args)
+                # one tensor argument, the usual case, inline: a call here is traced every step
+                signature = ((tuple(args[0].shape),) if len(args) == 1 and type(args[0]) is torch.Tensor
+                             else _input_signature(args))
                 if signature != self._input_signature.get(model_id):
                     self._input_signature[model_id] = signature
                     self._arm_shapes(model_id, module)

@@ -84,7 +84,7 @@ class ModuleTensors:
 
     def __init__(self, root: nn.Module, structure: StructureWatch = STRUCTURE) -> None:
         self.root = root
-        self._structure = structure
+        self.structure = structure
         self._modules: list[nn.Module] = []
         self._flat_slots: list[Slot] = []
         self._norm_slots: list[Slot] = []
@@ -95,20 +95,24 @@ class ModuleTensors:
         self._uses = 0
         self._shared = False
         """Some parameter or buffer is registered in two modules (tied weights)."""
+        self.bufferless_at = -1
+        """The structure generation at which the last rebuild found no buffer (-1: it found some).
+        While it is current, a per-step caller may skip ``buffers()``, one traced call fewer."""
 
     def modules(self) -> list[nn.Module]:
         self._uses += 1
-        if self._generation != self._structure.generation or self._uses > REFRESH_EVERY:
+        if self._generation != self.structure.generation or self._uses > REFRESH_EVERY:
             self._rebuild()
         return self._modules
 
     def _rebuild(self) -> None:
-        self._generation, self._uses = self._structure.generation, 0
+        self._generation, self._uses = self.structure.generation, 0
         self._modules = list(self.root.modules())
         tensors = [t for m in self._modules for d in (m._parameters, m._buffers) for t in d.values() if t is not None]
         self._shared = len({id(t) for t in tensors}) != len(tensors)
         self._group_parameters()
         self._buffer_slots = [(m._buffers, key) for m in self._modules for key in m._buffers]
+        self.bufferless_at = -1 if self._buffer_slots else self._generation
 
     def _group_parameters(self) -> None:
         self._flat_slots, self._norm_slots, seen = [], [], set()
@@ -127,10 +131,10 @@ class ModuleTensors:
         params = [p for m in self.modules() for p in m._parameters.values() if p is not None]
         return _unique(params) if self._shared else params
 
-    def grad_groups(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Every parameter's ``.grad`` once: (small CPU ones to flatten, the rest to norm)."""
+    def grad_groups(self, extra: list[torch.Tensor] = []) -> tuple[list[torch.Tensor], list[torch.Tensor]]:  # noqa: B006 (read only)
+        """Every parameter's ``.grad`` once, and the ``extra`` gradients: (small CPU ones to flatten, the rest to norm)."""
         self._uses += 1  # modules()'s staleness test, written out: one call less per step
-        if self._generation != self._structure.generation or self._uses > REFRESH_EVERY:
+        if self._generation != self.structure.generation or self._uses > REFRESH_EVERY:
             self._rebuild()
         flat: list[torch.Tensor] = []
         norm: list[torch.Tensor] = []
@@ -140,12 +144,14 @@ class ModuleTensors:
                 grad = None if param is None else param.grad
                 if grad is not None:
                     group.append(grad)
+        for grad in extra:  # flattens(grad), written out: one traced call less per step
+            (flat if grad.device.type == "cpu" and grad.numel() <= FLATTEN_MAX_NUMEL else norm).append(grad)
         return flat, norm
 
     def buffers(self) -> list[torch.Tensor]:
         """Every buffer once, read afresh from its module."""
         self._uses += 1  # as in grad_groups
-        if self._generation != self._structure.generation or self._uses > REFRESH_EVERY:
+        if self._generation != self.structure.generation or self._uses > REFRESH_EVERY:
             self._rebuild()
         buffers = []
         for slots, key in self._buffer_slots:
