@@ -31,6 +31,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Protocol
 
 from . import __version__, codec, protocol
@@ -181,7 +182,8 @@ class Agent:
         self._last_stats_dropped = 0
         self._models: dict[str, Any] = {}
         """model_id -> tree, as last reported (re-sent on reconnect)."""
-        self._modules: dict[str, Any] = {}
+        self._modules: dict[str, weakref.ref] = {}
+        """Weak: a model the program drops must be freed (discovery then reports it removed)."""
         if discovery is None and discover:
             from .discovery import Discovery
 
@@ -252,7 +254,7 @@ class Agent:
     def _on_model_added(self, model_id: str, module: Any, tree: dict) -> None:
         with self._engine_lock:
             self._models[model_id] = tree
-            self._modules[model_id] = module
+            self._modules[model_id] = weakref.ref(module)
             if self._engine is None and self._connected.is_set():
                 self._create_engine()  # a model exists, so torch is loaded: the engine may load too
             if self._engine is not None:
@@ -404,7 +406,8 @@ class Agent:
             if self._engine_ready():
                 self._create_engine()
             for model_id, tree in list(self._models.items()):
-                module = self._modules.get(model_id)
+                ref = self._modules.get(model_id)
+                module = ref() if ref is not None else None
                 if self._engine is not None and module is not None:
                     self._call_engine("add_model", model_id, module, locations=_locations(tree))
                 self.emit({"type": "modelAdded", "model": tree})

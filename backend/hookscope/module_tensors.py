@@ -3,23 +3,24 @@
 ``Module.parameters()`` and ``buffers()`` walk the tree through nested
 generators on every call: about a microsecond per module, and several under a
 debugger, which sees every generator resume. Break on NaN asks for both on
-every step, so the list of modules is kept and walked again only after a
-change: torch's global registration hooks (a module, parameter or buffer
-assigned anywhere) bump a generation counter, and because a few changes
-bypass them (``Sequential.insert`` writes ``_modules`` directly, ``del
-model.block``), the list is also rebuilt every ``REFRESH_EVERY`` uses.
-Parameters and buffers are read from each module's dicts at every call, so
-replaced tensors (``model.half()``, a re-assigned buffer) are always current.
+every step, so where each tensor lives is kept, as a (module dict, key) slot,
+and the tree is walked again only after a change: torch's global registration
+hooks (a module, parameter or buffer assigned anywhere) bump a generation
+counter, and because a few changes bypass them (``Sequential.insert`` writes
+``_modules`` directly, ``del model.block``), the slots are also rebuilt every
+``REFRESH_EVERY`` uses. Parameters and buffers are read from each module's
+dicts at every call, so replaced tensors (``model.half()``, a re-assigned
+buffer) are always current. Only the root is referenced, weakly, and no
+module at all: a model the program drops is freed.
 
 ``grad_groups`` hands break on NaN the gradients in two groups, chosen when the
-list is rebuilt: small CPU tensors, which one ``flatten`` copy checks at
+slots are rebuilt: small CPU tensors, which one ``flatten`` copy checks at
 ~0.4 µs each, and the rest, which ``_foreach_norm`` checks (fused on CUDA;
 ~1 µs per tensor on CPU, however small). A parameter resized since the last
 rebuild lands in the wrong group until the next one, which only costs speed:
-both groups are checked in full. The groups, and the buffers, hold (dict,
-key) slots, so a replaced parameter or buffer is current at once; a key
-written into ``_parameters`` or ``_buffers`` directly, bypassing the
-registration hooks, is seen at the next rebuild.
+both groups are checked in full. A key written into ``_parameters`` or
+``_buffers`` directly, bypassing the registration hooks, is seen at the next
+rebuild.
 
 ``buffers`` and ``grad_groups`` run every step, so they are plain loops in one
 frame: on Python 3.11 a comprehension or a helper is a function call, which a
@@ -28,6 +29,7 @@ debugger traces (about 2.5 µs each under debugpy here).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -83,9 +85,9 @@ class ModuleTensors:
     """The parameters and buffers of one root module, current at every call."""
 
     def __init__(self, root: nn.Module, structure: StructureWatch = STRUCTURE) -> None:
-        self.root = root
+        self._root = weakref.ref(root)  # only slots (dicts) are kept: a model the program drops is freed
         self.structure = structure
-        self._modules: list[nn.Module] = []
+        self._param_slots: list[Slot] = []
         self._flat_slots: list[Slot] = []
         self._norm_slots: list[Slot] = []
         self._buffer_slots: list[Slot] = []
@@ -99,27 +101,30 @@ class ModuleTensors:
         """The structure generation at which the last rebuild found no buffer (-1: it found some).
         While it is current, a per-step caller may skip ``buffers()``, one traced call fewer."""
 
-    def modules(self) -> list[nn.Module]:
+    def _refresh(self) -> None:
         self._uses += 1
         if self._generation != self.structure.generation or self._uses > REFRESH_EVERY:
             self._rebuild()
-        return self._modules
 
     def _rebuild(self) -> None:
         self._generation, self._uses = self.structure.generation, 0
-        self._modules = list(self.root.modules())
-        tensors = [t for m in self._modules for d in (m._parameters, m._buffers) for t in d.values() if t is not None]
+        root = self._root()
+        modules = list(root.modules()) if root is not None else []
+        tensors = [t for m in modules for d in (m._parameters, m._buffers) for t in d.values() if t is not None]
         self._shared = len({id(t) for t in tensors}) != len(tensors)
-        self._group_parameters()
-        self._buffer_slots = [(m._buffers, key) for m in self._modules for key in m._buffers]
+        self._group_parameters(modules)
+        self._buffer_slots = [(m._buffers, key) for m in modules for key in m._buffers]
         self.bufferless_at = -1 if self._buffer_slots else self._generation
 
-    def _group_parameters(self) -> None:
-        self._flat_slots, self._norm_slots, seen = [], [], set()
+    def _group_parameters(self, modules: list[nn.Module]) -> None:
+        self._param_slots, self._flat_slots, self._norm_slots, seen = [], [], [], set()
         half = False
-        for module in self._modules:
+        for module in modules:
             for key, param in module._parameters.items():
-                if param is None or id(param) in seen:  # a tied weight is checked once
+                if param is None:
+                    continue
+                self._param_slots.append((module._parameters, key))
+                if id(param) in seen:  # a tied weight is checked once
                     continue
                 seen.add(id(param))
                 half = half or param.dtype in (torch.float16, torch.bfloat16)
@@ -128,12 +133,17 @@ class ModuleTensors:
 
     def parameters(self) -> list[nn.Parameter]:
         """Every parameter once (a weight tied between two layers is listed once)."""
-        params = [p for m in self.modules() for p in m._parameters.values() if p is not None]
+        self._refresh()
+        params = []
+        for slots, key in self._param_slots:
+            param = slots.get(key)
+            if param is not None:
+                params.append(param)
         return _unique(params) if self._shared else params
 
     def grad_groups(self, extra: list[torch.Tensor] = []) -> tuple[list[torch.Tensor], list[torch.Tensor]]:  # noqa: B006 (read only)
         """Every parameter's ``.grad`` once, and the ``extra`` gradients: (small CPU ones to flatten, the rest to norm)."""
-        self._uses += 1  # modules()'s staleness test, written out: one call less per step
+        self._uses += 1  # _refresh(), written out: one call less per step
         if self._generation != self.structure.generation or self._uses > REFRESH_EVERY:
             self._rebuild()
         flat: list[torch.Tensor] = []
@@ -150,7 +160,7 @@ class ModuleTensors:
 
     def buffers(self) -> list[torch.Tensor]:
         """Every buffer once, read afresh from its module."""
-        self._uses += 1  # as in grad_groups
+        self._uses += 1  # _refresh(), written out, as in grad_groups
         if self._generation != self.structure.generation or self._uses > REFRESH_EVERY:
             self._rebuild()
         buffers = []

@@ -77,6 +77,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import weakref
 from collections import OrderedDict
 from functools import partial
 from typing import Any, Callable, Iterator
@@ -133,7 +134,7 @@ class RootSentinel:
     def __init__(self, model_id: str, root: nn.Module, fire: FireFn, notice: NoticeFn,
                  step_of: Callable[[str], int]) -> None:
         self.model_id = model_id
-        self.root = root
+        self._root = weakref.ref(root)  # the sentinel must not keep a model the program dropped
         self.tensors = ModuleTensors(root)
         self._fire = fire
         self._notice = notice
@@ -159,6 +160,13 @@ class RootSentinel:
         """A forward ran whose gradients were not checked yet (the optimizer hook asks)."""
         self._latched = False
         """A non-finite step was reported; quiet until a clean step."""
+
+    @property
+    def root(self) -> nn.Module:
+        root = self._root()
+        if root is None:  # only reached from the root's own hooks and the backward they start
+            raise RuntimeError("the model was freed")
+        return root
 
     # -- installation ------------------------------------------------------
 

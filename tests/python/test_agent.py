@@ -127,9 +127,14 @@ def test_bad_messages_get_error_replies_and_the_agent_keeps_serving(link, make_a
     assert conn.request("ping")["pid"] == os.getpid()
 
 
+class _StandInModel:
+    """Any weakly referable object stands for a model: the fake engine never looks inside."""
+
+
 def test_disconnect_removes_hooks_and_reconnect_sends_hello_and_models(link, make_agent):
     a = make_agent(link)
-    a._on_model_added("m1", object(), {"id": "m1", "name": "net", "cls": "Net", "params": 1, "modules": []})
+    model = _StandInModel()  # the agent holds models weakly: the test keeps this one alive
+    a._on_model_added("m1", model, {"id": "m1", "name": "net", "cls": "Net", "params": 1, "modules": []})
     first = link.wait_connection(10)
     first.wait_event("modelAdded", timeout=10)
     first.request("setBreakOnNonFinite", enabled=True)
