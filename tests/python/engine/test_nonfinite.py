@@ -213,3 +213,80 @@ def test_the_gradient_check_is_exact_where_a_sum_or_norm_overflows_and_for_odd_d
     assert _grads_finite([torch.ones(2)], [torch.arange(3)])  # an integer tensor falls back, and is skipped
     assert not _grads_finite([torch.tensor([nan])], [torch.arange(3)])
     assert not _grads_finite([torch.ones(2, dtype=torch.float64), torch.tensor([nan], dtype=torch.half)], [])
+
+
+def test_the_forward_check_is_exact_for_a_huge_finite_output_and_odd_output_dtypes():
+    class Emit(nn.Module):
+        """Returns a fixed tensor: a finite fp32 one whose sum overflows, fp16, or integers."""
+
+        def __init__(self, value: torch.Tensor) -> None:
+            super().__init__()
+            self.value = value
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.value
+
+    hits = []
+    engine = Engine(lambda e: None, shapes=False)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    cases = {"huge": torch.full((8,), 3e38), "half": torch.full((4,), 60000.0, dtype=torch.half),
+             "ints": torch.arange(3), "half nan": torch.tensor([1.0, float("nan")], dtype=torch.half),
+             "fp32 inf": torch.tensor([1.0, float("inf")])}
+    models = {name: Emit(value) for name, value in cases.items()}
+    for name, model in models.items():
+        engine.add_model(name, model)
+        model(torch.ones(1))
+    named = {id(model): name for name, model in models.items()}
+    assert sorted(named[id(h.module)] for h in hits) == ["fp32 inf", "half nan"], [h.reason for h in hits]
+    engine.shutdown()
+
+
+def test_the_users_own_hooks_on_the_output_and_the_sentinels_do_not_disturb_each_other():
+    model = make()
+    hits = []
+    engine = Engine(lambda e: None)
+    engine.add_model("m", model)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    x, _ = batch(0)
+    out = model(x)
+    seen = []
+    removed = out.register_hook(lambda grad: seen.append("removed"))
+    kept = out.register_hook(lambda grad: seen.append(grad))
+    removed.remove()  # the user's handle removes the user's hook only
+    (out.sum() * torch.tensor(float("nan"))).backward()
+    assert [(h.layer, h.origin) for h in hits] == [("", "came in from the loss")]
+    assert len(seen) == 1 and torch.isnan(seen[0]).all()
+    kept.remove()
+    engine.shutdown()
+
+
+def test_a_buffer_added_to_a_model_that_had_none_is_put_back_for_the_replay():
+    class Countdown(nn.Module):
+        """Divides by a buffer it counts down each call: Inf at the fourth call, only with that buffer."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("denominator", torch.tensor(3.0))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x / self.denominator.clone()  # a copy: the division saves it for the backward
+            with torch.no_grad():
+                self.denominator -= 1
+            return y
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4))
+    hits = []
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("m", model)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    model(torch.randn(2, 4)).sum().backward()  # the sentinel learns the model has no buffer
+    out = model(torch.randn(2, 4))
+    model.append(Countdown())  # between a forward and its backward: the gradient check sees it first
+    out.sum().backward()
+    for _ in range(4):
+        model(torch.randn(2, 4) + 10).sum().backward()
+    # the replay ran with the denominator as it was before the bad forward (0), not after it (-1)
+    assert [(h.layer, h.phase, h.origin) for h in hits] == [("1", "forward", "born here")], [h.reason for h in hits]
+    assert model[1].denominator.item() == -1.0  # and training's own value was put back after it
+    engine.shutdown()
