@@ -9,9 +9,10 @@ Why not check every layer
 
 Steady state (per model root, no per-layer hook)
     * root forward-pre hook: keeps a reference to the call's args/kwargs (no
-      copy), the CPU (and CUDA) RNG state and a copy of the module buffers
-      (BatchNorm running stats: small) into preallocated storage
-      (``_foreach_copy_``), and the grad mode.
+      copy), the CPU (a ``clone_state`` copy of the generator) and CUDA RNG
+      state, a copy of the module buffers (BatchNorm running stats: small)
+      into preallocated storage (``_foreach_copy_``), and the grad mode. The
+      model itself is held weakly: a model the program drops is freed.
     * root forward hook: ``all_finite`` over the output tensors (a sum: NaN
       and Inf survive it), one host sync; when the output needs a gradient, a
       tensor hook on it. (Folding this check into the end-of-backward one
