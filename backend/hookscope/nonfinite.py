@@ -95,9 +95,6 @@ from hookscope.summaries import all_finite, tensors_in
 
 log = logging.getLogger("hookscope")
 
-_HOOK_KEY = "hookscope.nonfinite"
-"""The key of the root-output hook in a tensor's hook dict (a handle's keys are ints)."""
-
 FireFn = Callable[[HookEvent, str, "str | None"], None]
 NoticeFn = Callable[[str, str, str], None]
 
@@ -152,6 +149,9 @@ class RootSentinel:
         self._buffer_snapshot: list[torch.Tensor] = []
         self._buffer_ids: list[int] = []
         self._root_grads: list[torch.Tensor | None] = []
+        self._hook_key = f"hookscope.nonfinite.{model_id}"
+        """This sentinel's key in an output's hook dict (a handle's keys are ints; a wrapper
+        root may hand back the output of another root as it is)."""
         self._leaf_handles: dict[int, Any] = {}
         """Root-output hooks on a leaf (a model that returned its input as it is), by output:
         a hook on a leaf outlives the step (leaf_hooks), so each goes when it fires, or at the
@@ -260,7 +260,7 @@ class RootSentinel:
                         if hooks is None:
                             hooks = tensor._backward_hooks = OrderedDict()
                             grad_fn._register_hook_dict(tensor)
-                        hooks[_HOOK_KEY] = hook
+                        hooks[self._hook_key] = hook
                     else:  # a leaf (its hook outlives the step: kept to be removed) or a tensor subclass
                         handle = tensor.register_hook(hook)
                         if grad_fn is None:

@@ -290,3 +290,25 @@ def test_a_buffer_added_to_a_model_that_had_none_is_put_back_for_the_replay():
     assert [(h.layer, h.phase, h.origin) for h in hits] == [("1", "forward", "born here")], [h.reason for h in hits]
     assert model[1].denominator.item() == -1.0  # and training's own value was put back after it
     engine.shutdown()
+
+
+def test_two_watched_roots_sharing_one_output_each_see_its_gradient():
+    class Wrapper(nn.Module):
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)  # the inner root's output, handed back as it is
+
+    inner = nn.Linear(4, 2)
+    outer = Wrapper(inner)
+    hits = []
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("inner", inner)
+    engine.add_model("outer", outer)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    (outer(torch.randn(3, 4)).sum() * torch.tensor(float("nan"))).backward()
+    assert sorted((type(h.module).__name__, h.origin) for h in hits) == [
+        ("Linear", "came in from the loss"), ("Wrapper", "came in from the loss")], [h.reason for h in hits]
+    engine.shutdown()
