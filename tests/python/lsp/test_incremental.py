@@ -6,6 +6,7 @@ import ast
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +67,74 @@ def test_a_chain_of_edits_analyses_like_a_fresh_parse(document: str, edit_chain)
             assert incremental.tree is not None or fresh.tree is None
             find_problems(incremental)
         previous = incremental
+
+
+def test_a_backslash_typed_before_a_decorators_name_joins_the_def_below_it():
+    """The chain Hypothesis found: ``@staticmethod`` becomes ``@st\\`` + ``method`` (repaired), then ``@\\`` +
+    ``method``, which is ``@method`` on the ``def``; the region must run past ``method`` to the ``def``."""
+    document = DOCUMENTS[-1]
+    previous, text = analyze(document), document
+    for _ in range(2):
+        text = apply(text, 0.8671875, 4, "\\\n")
+        previous = analyze(text, previous)
+    assert text.endswith("\n@\\\nmethod\ndef f():\n    pass\n")
+    assert previous.parsed.clean
+    assert fingerprint(previous) == fingerprint(analyze(text))
+
+
+LOGICAL_LINE_EDITS = {
+    "a backslash typed at the end of the changed line joins the statement below to it": (
+        "x = 1\nmethod\ndef f():\n    pass\n", "@\\\nmethod\ndef f():\n    pass\n"),
+    "a backslash at the end of the line just above the region": (
+        "x = 1; \\\n    y = 2\nz = 3\n", "x = 1; \\\n    y = 2\nz = 4\n"),
+    "a backslash at the end of the region's last line, an empty line after it": (
+        "a = 1\nb = 2; \\\n\nc = 3\n", "a = 0\nb = 2; \\\n\nc = 3\n"),
+    "a backslash at the end of the region's last line, a comment after it": (
+        "a = 1\nb = 2 \\\n# c\nd = 3\n", "a = 0\nb = 2 \\\n# c\nd = 3\n"),
+    "a backslash at the end of the last statement, then an empty last line": (
+        "x = 1\n", "x = 1\\\n\n"),
+    "a backslash at the end of the last line, then CRLF (which parses, unlike LF)": (
+        "x = 1\r\n", "x = 1\\\r\n"),
+    "only the final line break changed, after a backslash": (
+        "y = 2\nx = 1\\\n", "y = 2\nx = 1\\\r\n"),
+    "a repaired line is no statement: the bracket typed above closes on it, the def below is the decorated one": (
+        "y = 0\n@dec(x\nmethod)\ndef f():\n    pass\n", "y = 0\n@dec(x,\nmethod)\ndef f():\n    pass\n"),
+    "a triple-quoted string opened in the region closes after it": (
+        'a = 1\nb = 2\nc = 3  # """\n', 'a = """\nb = 2\nc = 3  # """\n'),
+}
+
+
+@pytest.mark.parametrize("old, new", LOGICAL_LINE_EDITS.values(), ids=LOGICAL_LINE_EDITS.keys())
+def test_the_region_ends_where_a_logical_line_ends(old: str, new: str):
+    after = reparse_changed(parse_tolerant(old), new)
+    assert after is not None and after.clean
+    assert ast.dump(after.tree, include_attributes=True) == ast.dump(ast.parse(new), include_attributes=True)
+    assert fingerprint(analyze(new, analyze(old))) == fingerprint(analyze(new))
+
+
+def test_a_backslash_typed_mid_file_still_reparses_only_around_it():
+    document = generate(300)
+    before = parse_tolerant(document)
+    lines = document.splitlines()
+    target = next(i for i, line in enumerate(lines) if "stage_1.conv1.register_forward_hook" in line)
+    lines[target] += " \\"  # joins the empty line below; the region runs on to the next statement
+    edited = "\n".join(lines) + "\n"
+    after = reparse_changed(before, edited)
+    assert after is not None and after.clean
+    assert ast.dump(after.tree, include_attributes=True) == ast.dump(ast.parse(edited), include_attributes=True)
+    reused = sum(new is old for new, old in zip(after.tree.body, before.tree.body))
+    assert reused >= len(before.tree.body) - 4
+
+
+def test_an_unclosed_triple_quote_mid_file_stays_a_local_repair():
+    document = generate(300)
+    lines = document.splitlines()
+    middle = next(i for i in range(len(lines) // 2, len(lines)) if "# main path" in lines[i])
+    before = analyze(document)
+    lines[middle] = '        s = """'  # the docstrings below pair up with it badly: the file does not parse
+    after = analyze("\n".join(lines) + "\n", before)
+    assert after.tree is not None and len(after.layers) == len(before.layers)
+    assert sum(new is old for new, old in zip(after.tree.body, before.tree.body)) >= len(before.tree.body) - 3
 
 
 def test_typing_inside_a_statement_reparses_only_around_it():
