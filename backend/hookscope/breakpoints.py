@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from hookscope.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
-from hookscope.leaf_hooks import LeafHooks
+from hookscope.leaf_hooks import LeafHooks, hook_gradient
 from hookscope.protocol import PHASES
 from hookscope.summaries import tensors_in
 
@@ -310,8 +310,8 @@ class GradTap:
         for i, arg in enumerate(args):
             if isinstance(arg, torch.Tensor) and arg.requires_grad:
                 call.waiting += 1
-                handle = arg.register_hook(partial(self._input_grad, call, i))
-                if arg.grad_fn is None:  # a leaf keeps its hooks: see leaf_hooks
+                handle = hook_gradient(arg, partial(self._input_grad, call, i))
+                if handle is not None:  # a leaf keeps its hooks: see leaf_hooks
                     call.keep_leaf_hook(i, handle, self._leaves)
         self._stack.append(call)
 
@@ -335,10 +335,10 @@ class GradTap:
                 # Its input hook, placed first, runs first: the call must also wait for this one,
                 # or it would fire with the output gradient still missing.
                 call.waiting += 1
-                handle = tensor.register_hook(partial(self._passed_through_grad, call, j))
+                handle = hook_gradient(tensor, partial(self._passed_through_grad, call, j))
             else:
-                handle = tensor.register_hook(partial(self._output_grad, call, j))
-            if tensor.grad_fn is None:  # a leaf keeps its hooks: see leaf_hooks
+                handle = hook_gradient(tensor, partial(self._output_grad, call, j))
+            if handle is not None:  # a leaf keeps its hooks: see leaf_hooks
                 call.keep_leaf_hook(-1 - j, handle, self._leaves)
 
     def _input_grad(self, call: _PendingCall, i: int, grad: torch.Tensor) -> None:

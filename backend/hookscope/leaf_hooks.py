@@ -8,13 +8,14 @@ returns its input unchanged (``nn.Identity``, dropout in eval mode). Left
 there, every step adds one more Python call to every later backward: the
 step slows down without bound and the hooks outlive the breakpoint that
 placed them. So every hook Hookscope places on a tensor goes through
-``LeafHooks.register`` (or, on hot paths, ``keep`` after a ``grad_fn is
-None`` test inline), which keeps the handle when the tensor is a leaf.
+``hook_gradient``, which hands back a handle only for a hook that outlives
+the step, and the owner keeps that handle in its ``LeafHooks`` (``register``
+does both).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Callable
 
 import torch
@@ -22,6 +23,29 @@ import torch
 KEPT_MAX = 64
 """Leaf hooks kept per owner; the oldest is removed beyond this (a forward whose
 backward never came: an evaluation pass with grad enabled, an exception)."""
+
+
+def hook_gradient(tensor: torch.Tensor, hook: Callable[[torch.Tensor], Any]) -> Any:
+    """``tensor.register_hook(hook)``; returns the handle when the hook outlives the step (a leaf), else None.
+
+    On a plain tensor with a ``grad_fn`` (an activation: the usual case) this
+    does what ``Tensor.register_hook`` does, the tensor's hook dict registered
+    once with its node, without that method's frame and ``RemovableHandle``'s:
+    layer breakpoints place a hook on every watched layer's inputs and outputs
+    in every step, and under a debugger each frame is a traced call (~2.5 µs).
+    No handle is needed there: the hook goes with the graph. The hook is its
+    own key in the dict, apart from the handles' integer keys.
+    """
+    grad_fn = tensor.grad_fn
+    if grad_fn is None or type(tensor) is not torch.Tensor:  # a leaf, or a subclass with its own rules
+        handle = tensor.register_hook(hook)
+        return handle if grad_fn is None else None
+    hooks = tensor._backward_hooks
+    if hooks is None:
+        hooks = tensor._backward_hooks = OrderedDict()
+        grad_fn._register_hook_dict(tensor)
+    hooks[hook] = hook
+    return None
 
 
 class LeafHooks:
@@ -35,11 +59,10 @@ class LeafHooks:
         self._kept_max = kept_max
 
     def register(self, tensor: torch.Tensor, hook: Callable[[torch.Tensor], Any]) -> Any:
-        """``tensor.register_hook(hook)``; returns the handle when the tensor is a leaf, else None."""
-        handle = tensor.register_hook(hook)
-        if tensor.grad_fn is not None:
-            return None  # an activation: the hook goes with the graph
-        self.keep(handle)
+        """``hook_gradient``, keeping the handle of a hook on a leaf; returns it (None: an activation)."""
+        handle = hook_gradient(tensor, hook)
+        if handle is not None:
+            self.keep(handle)
         return handle
 
     def keep(self, handle: Any) -> None:

@@ -79,7 +79,6 @@ import contextlib
 import logging
 import math
 import weakref
-from collections import OrderedDict
 from functools import partial
 from typing import Any, Callable, Iterator
 
@@ -89,6 +88,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
                                   describe_counts, nonfinite_counts)
+from hookscope.leaf_hooks import hook_gradient
 from hookscope.module_tensors import STRUCTURE, ModuleTensors
 from hookscope.stop import BreakpointHit
 from hookscope.summaries import all_finite, tensors_in
@@ -149,9 +149,6 @@ class RootSentinel:
         self._buffer_snapshot: list[torch.Tensor] = []
         self._buffer_ids: list[int] = []
         self._root_grads: list[torch.Tensor | None] = []
-        self._hook_key = f"hookscope.nonfinite.{model_id}"
-        """This sentinel's key in an output's hook dict (a handle's keys are ints; a wrapper
-        root may hand back the output of another root as it is)."""
         self._leaf_handles: dict[int, Any] = {}
         """Root-output hooks on a leaf (a model that returned its input as it is), by output:
         a hook on a leaf outlives the step (leaf_hooks), so each goes when it fires, or at the
@@ -251,20 +248,9 @@ class RootSentinel:
                         continue
                     j = len(grads)
                     grads.append(None)
-                    hook = partial(self._root_grad, grads, j)
-                    grad_fn = tensor.grad_fn
-                    if grad_fn is not None and type(tensor) is torch.Tensor:
-                        # Tensor.register_hook's own steps, less its two traced frames (it and
-                        # RemovableHandle): no handle is needed, the hook goes with the graph.
-                        hooks = tensor._backward_hooks
-                        if hooks is None:
-                            hooks = tensor._backward_hooks = OrderedDict()
-                            grad_fn._register_hook_dict(tensor)
-                        hooks[self._hook_key] = hook
-                    else:  # a leaf (its hook outlives the step: kept to be removed) or a tensor subclass
-                        handle = tensor.register_hook(hook)
-                        if grad_fn is None:
-                            self._leaf_handles[j] = handle
+                    handle = hook_gradient(tensor, partial(self._root_grad, grads, j))
+                    if handle is not None:  # a leaf: the hook outlives the step, kept to be removed
+                        self._leaf_handles[j] = handle
         except BreakpointHit:
             raise  # the user chose 'raise'
         except Exception as exc:
