@@ -75,6 +75,17 @@ class _LayerWatch:
         """Gradient hooks of the last sample that sit on leaf tensors (removed at the next sample)."""
 
 
+class _SampleRound:
+    """The watched layers of a model sampled in one step, and when they are all due again."""
+
+    __slots__ = ("step", "due", "members")
+
+    def __init__(self, step: int, due: float) -> None:
+        self.step, self.due = step, due
+        self.members: set[int] = set()
+        """``id`` of each watch sampled in this round."""
+
+
 class Engine:
     """Hook state of one process; answers the agent's requests (see docs/ARCHITECTURE.md)."""
 
@@ -102,8 +113,8 @@ class Engine:
         self._last_output: dict[tuple[str, str], Any] = {}
         self._arm_at = math.inf
         """When the earliest disarmed watch or capture is due again."""
-        self._sample_rounds: dict[tuple[str, float], tuple[int, float]] = {}
-        """(model, interval) -> (step, when that step's sampled layers are due again)."""
+        self._sample_rounds: dict[tuple[str, float], _SampleRound] = {}
+        """(model, interval) -> the layers sampled together last, and when they are due again."""
         self._rendered: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         """(model, layer) of the last RENDERED_LAYERS_KEPT layers the panel rendered, oldest first."""
         self._paused: dict[str, Any] | None = None
@@ -575,14 +586,22 @@ class Engine:
 
     def _next_sample_at(self, watch: _LayerWatch) -> float:
         """When ``watch`` samples again: the same time for every layer sampled in this step, so the
-        model's layers stay in step (one forward pass in a few, not a few layers in every pass)."""
-        now, step = time.monotonic(), self._step_of(watch.model)
+        model's layers stay in step (one forward pass in a few, not a few layers in every pass).
+
+        A round is the layers sampled in one step. It is joined even when its time is already
+        past (summarising a big model's layers can take longer than the interval: starting
+        a new round there would split the layers over two steps for good). A layer sampled
+        again in the same step (a layer called repeatedly, or called without its root, whose
+        step count then stays put) starts the next round.
+        """
+        step = self._step_of(watch.model)
         key = (watch.model, watch.interval)
-        sampled_step, due = self._sample_rounds.get(key, (-1, 0.0))
-        if sampled_step != step or due <= now:
-            due = now + self._budget_interval(watch.interval)
-            self._sample_rounds[key] = (step, due)
-        return due
+        round_ = self._sample_rounds.get(key)
+        if round_ is None or round_.step != step or id(watch) in round_.members:
+            round_ = _SampleRound(step, time.monotonic() + self._budget_interval(watch.interval))
+            self._sample_rounds[key] = round_
+        round_.members.add(id(watch))
+        return round_.due
 
     def _arm(self, watch: _LayerWatch) -> None:
         if watch.handle is None and watch.active:

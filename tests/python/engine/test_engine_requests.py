@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import time
+import types
 
 import pytest
 import torch
@@ -112,6 +113,37 @@ def test_the_layers_of_a_model_are_sampled_in_the_same_steps(setup):
             if e["type"] == "summaries" and e["phase"] == "forward":
                 sampled.setdefault(e["step"], set()).add(e["layer"])
     assert len(sampled) >= 4 and seed > len(sampled), "several samples, not every step"
+    assert all(got == set(layers) for got in sampled.values()), {s: len(v) for s, v in sampled.items()}
+
+
+def test_the_layers_stay_in_the_same_steps_when_summarising_them_takes_longer_than_the_interval(
+        setup, monkeypatch):
+    """A round of summaries slower than the watch interval (big activations, a slow machine) must
+    not split the layers over two steps for good. The engine's clock is a fake one that each
+    summary moves on by 20 ms: one round over 16 layers then takes 320 ms, the interval 50 ms."""
+    from hookscope import engine as engine_mod
+    from hookscope import summaries
+
+    model, engine, events = setup
+    now = [1000.0]
+    monkeypatch.setattr(engine_mod, "time", types.SimpleNamespace(monotonic=lambda: now[0],
+                                                                 perf_counter=lambda: now[0]))
+    summarize_many = summaries.summarize_many
+
+    def slow_summaries(tensors):
+        now[0] += 0.02
+        return summarize_many(tensors)
+    monkeypatch.setattr(summaries, "summarize_many", slow_summaries)
+    layers = [name for name, _ in model.named_modules() if name]
+    req(engine, "watch", layers=layers, rateHz=20.0)
+    for seed in range(12):
+        step(model, seed)
+        now[0] += 0.001  # the rest of the step
+    sampled: dict[int, set[str]] = {}
+    for e in events:
+        if e["type"] == "summaries" and e["phase"] == "forward":
+            sampled.setdefault(e["step"], set()).add(e["layer"])
+    assert len(sampled) >= 2, sampled
     assert all(got == set(layers) for got in sampled.values()), {s: len(v) for s, v in sampled.items()}
 
 
