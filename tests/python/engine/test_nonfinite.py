@@ -29,6 +29,15 @@ def run_with_engine(model: Net, steps: int, plant: dict, optimizer: bool = True)
     return engine, events, hits, losses
 
 
+def sentinel_on(model: nn.Module) -> tuple[Engine, list]:
+    """An engine with break on NaN on for ``model`` ("m"), its hits collected by a callback."""
+    hits: list = []
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("m", model)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    return engine, hits
+
+
 def plant_forward_nan(model: Net) -> None:
     with torch.no_grad():
         model.fc1.weight[3, 5] = float("nan")
@@ -114,10 +123,7 @@ def test_backward_nan_without_an_optimizer_is_found_by_the_end_of_backward_check
 
 def test_nan_from_the_loss_is_reported_at_the_model_output():
     model = make()
-    hits = []
-    engine = Engine(lambda e: None)
-    engine.add_model("m", model)
-    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    engine, hits = sentinel_on(model)
     x, _ = batch(0)
     out = model(x)
     (out.sum() * torch.tensor(float("nan"))).backward()
@@ -129,10 +135,7 @@ def test_nan_from_the_loss_is_reported_at_the_model_output():
 
 def test_nan_in_the_inputs_is_reported_as_coming_in_through_them():
     model = make()
-    hits = []
-    engine = Engine(lambda e: None)
-    engine.add_model("m", model)
-    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    engine, hits = sentinel_on(model)
     x, _ = batch(0)
     x[0, 0, 0, 0] = float("inf")
     model(x)
@@ -153,10 +156,7 @@ def test_nan_made_between_layers_is_blamed_on_the_parent_code():
             return self.b(torch.log(self.a(x) - 1e6))  # log of a negative number, not in a layer
 
     model = Between()
-    hits = []
-    engine = Engine(lambda e: None)
-    engine.add_model("m", model)
-    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    engine, hits = sentinel_on(model)
     model(torch.randn(3, 4))
     assert len(hits) == 1
     assert (hits[0].layer, hits[0].origin) == ("b", "came in through inputs")
@@ -243,10 +243,7 @@ def test_the_forward_check_is_exact_for_a_huge_finite_output_and_odd_output_dtyp
 
 def test_the_users_own_hooks_on_the_output_and_the_sentinels_do_not_disturb_each_other():
     model = make()
-    hits = []
-    engine = Engine(lambda e: None)
-    engine.add_model("m", model)
-    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    engine, hits = sentinel_on(model)
     x, _ = batch(0)
     out = model(x)
     seen = []
@@ -276,10 +273,7 @@ def test_a_buffer_added_to_a_model_that_had_none_is_put_back_for_the_replay():
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4))
-    hits = []
-    engine = Engine(lambda e: None, shapes=False)
-    engine.add_model("m", model)
-    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+    engine, hits = sentinel_on(model)
     model(torch.randn(2, 4)).sum().backward()  # the sentinel learns the model has no buffer
     out = model(torch.randn(2, 4))
     model.append(Countdown())  # between a forward and its backward: the gradient check sees it first
