@@ -128,3 +128,24 @@ def test_a_forward_with_no_backward_does_not_fire_at_the_next_steps_backward(lea
     # ("same" returns a Parameter as it is: no graph node tells which forward its gradient is for.)
     assert layers.count("") == 1 and layers.count("embed") == 1, layers
     assert all(g is not None for h in hits if h.layer in ("", "embed") for g in h.grad_output)
+
+
+def test_hook_gradient_on_an_activation_fires_like_register_hook_and_needs_no_handle():
+    from hookscope.leaf_hooks import hook_gradient
+    x = torch.randn(3, requires_grad=True)
+    y = x * 2  # an activation
+    got, theirs = [], []
+    assert hook_gradient(y, got.append) is None  # goes with the graph
+    first = y.register_hook(lambda grad: theirs.append("first"))
+    y.register_hook(lambda grad: theirs.append(grad.clone()))
+    first.remove()  # the user's handle removes the user's hook, not ours
+    y.register_hook(lambda grad: grad * 10)  # a hook that changes the gradient: later hooks see it
+    y.sum().backward()
+    assert len(got) == 1 and torch.equal(got[0], torch.ones(3))
+    assert len(theirs) == 1 and torch.equal(theirs[0], torch.ones(3))
+    assert torch.equal(x.grad, torch.full((3,), 20.0))
+    leaf_got: list = []
+    handle = hook_gradient(x, leaf_got.append)  # a leaf keeps its hooks: a handle to remove it
+    assert handle is not None and hooks_on(x) == 1
+    handle.remove()
+    assert hooks_on(x) == 0
