@@ -40,10 +40,14 @@ def hook_gradient(tensor: torch.Tensor, hook: Callable[[torch.Tensor], Any]) -> 
     if grad_fn is None or type(tensor) is not torch.Tensor:  # a leaf, or a subclass with its own rules
         handle = tensor.register_hook(hook)
         return handle if grad_fn is None else None
-    hooks = tensor._backward_hooks
-    if hooks is None:
-        hooks = tensor._backward_hooks = OrderedDict()
-        grad_fn._register_hook_dict(tensor)
+    try:
+        hooks = tensor._backward_hooks
+        if hooks is None:
+            hooks = tensor._backward_hooks = OrderedDict()
+            grad_fn._register_hook_dict(tensor)
+    except AttributeError:  # a torch without these internals: the public way
+        tensor.register_hook(hook)
+        return None
     hooks[hook] = hook
     return None
 
