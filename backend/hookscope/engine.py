@@ -35,6 +35,8 @@ from hookscope.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, Sum
 
 log = logging.getLogger("hookscope")
 
+_ARMING_COST = ("*", "arming")
+"""The summary budget's key for the cost of putting due watches' hooks back."""
 DEFAULT_RATE_HZ = 4.0
 ARM_AHEAD_S = 0.05
 """Watches due this soon are armed together, so the layers of one model are sampled in the
@@ -540,6 +542,7 @@ class Engine:
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
             if REPLAY.depth or not watch.active:  # armed means due: _arm_due decided
                 return
+            started = time.perf_counter()  # the budget counts the whole sample, hook removal included
             watch.next_due = self._next_sample_at(watch)
             self._disarm(watch)
             try:
@@ -548,10 +551,8 @@ class Engine:
                 if key not in self._watches:
                     return  # a render capture only
                 step = self._step_of(watch.model)
-                started = time.perf_counter()
                 tensors = summaries.summarize_many(list(summaries.iter_tensors(args, "inputs"))
                                                    + list(summaries.iter_tensors(output, "output")))
-                self._budget.record((key, "forward"), time.perf_counter() - started)
                 self._last[key] = {"step": step, "tensors": tensors}
                 self._emit({"type": "summaries", "model": watch.model, "layer": watch.layer,
                             "phase": "forward", "step": step, "tensors": tensors})
@@ -561,6 +562,7 @@ class Engine:
                     for path, tensor in summaries.iter_tensors(output, "grad_output"):
                         if tensor.requires_grad:
                             watch.leaves.register(tensor, self._watch_grad_hook(watch, path, step))
+                self._budget.record((key, "forward"), time.perf_counter() - started)
             except Exception as exc:
                 watch.active = False
                 self._notice("warning", f"watching {watch.layer} failed and stopped: "
@@ -574,12 +576,12 @@ class Engine:
             try:
                 started = time.perf_counter()
                 tensors = summaries.summarize_many([(path, grad)])
-                self._budget.record(((watch.model, watch.layer), "backward"), time.perf_counter() - started)
                 last = self._last.get((watch.model, watch.layer))
                 if last is not None and last.get("step") == step:
                     last["tensors"] = [t for t in last["tensors"] if t["path"] != path] + tensors
                 self._emit({"type": "summaries", "model": watch.model, "layer": watch.layer,
                             "phase": "backward", "step": step, "tensors": tensors})
+                self._budget.record(((watch.model, watch.layer), "backward"), time.perf_counter() - started)
             except Exception as exc:
                 self._notice("warning", f"gradient summary of {watch.layer} failed: {exc}", "watchError")
         return hook
@@ -624,14 +626,18 @@ class Engine:
     def _arm_due(self) -> None:
         with self._lock:
             now, earliest = time.monotonic(), math.inf
+            started, armed = time.perf_counter(), False
             for watch in (*self._watches.values(), *self._captures.values()):
                 if watch.handle is not None or not watch.active:
                     continue
                 if watch.next_due <= now + ARM_AHEAD_S:
                     self._arm(watch)
+                    armed = True
                 else:
                     earliest = min(earliest, watch.next_due)
             self._arm_at = earliest
+            if armed:  # putting the hooks back is part of what a round of samples costs
+                self._budget.record(_ARMING_COST, time.perf_counter() - started)
 
     def _budget_interval(self, wanted: float) -> float:
         """The interval the summary budget allows; says so once when it is slower than the panel's."""

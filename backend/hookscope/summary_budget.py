@@ -3,7 +3,8 @@
 Each summary of a layer's tensors costs time in the training step (reductions, a
 histogram, one small host transfer); on big activations or a thousand layers, a round
 over every watched layer at the panel's 4 Hz can cost more than the steps themselves.
-The budget measures what each layer's summaries cost and stretches the interval
+The budget measures what each layer's sample costs (its summaries, sending them, taking
+its hook off) and what putting the due hooks back costs, and stretches the interval
 between two summaries of a layer so that one round over all of them costs at most
 ``share`` of the interval: every layer still refreshes, all at the same slower pace.
 """
