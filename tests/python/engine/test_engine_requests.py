@@ -189,6 +189,32 @@ def test_watching_costly_layers_slows_their_refresh_to_keep_within_the_budget(se
     assert len(throttled) == 1 and f"{len(layers)} watched layers" in throttled[0]["message"], throttled
 
 
+def test_the_budget_counts_putting_the_hooks_back_too(setup, monkeypatch):
+    """Free summaries but costly re-arming (a thousand hooks put back every round): the budget
+    slows the refresh for what the round really costs, not only for the summaries. The
+    engine's clock is a fake one that each hook put back moves on by 10 ms."""
+    from hookscope import engine as engine_mod
+
+    model, engine, events = setup
+    now = [1000.0]
+    monkeypatch.setattr(engine_mod, "time", types.SimpleNamespace(monotonic=lambda: now[0],
+                                                                 perf_counter=lambda: now[0]))
+    arm = engine._arm
+
+    def costly_arm(watch):
+        now[0] += 0.01
+        arm(watch)
+    monkeypatch.setattr(engine, "_arm", costly_arm)
+    layers = ["stem", "layer1.0", "fc1", "fc2"]
+    req(engine, "watch", layers=layers, rateHz=20.0)  # a round every 50 ms if sampling were free
+    for seed in range(200):
+        step(model, seed)
+        now[0] += 0.01  # a 10 ms step: 2 s in all
+    rounds = {e["step"] for e in events if e["type"] == "summaries" and e["phase"] == "forward"}
+    # re-arming costs 40 ms a round: within 4% that is a round per second, not 40 in 2 s
+    assert 2 <= len(rounds) <= 4, sorted(rounds)
+
+
 def test_unknown_layer_and_model_are_clear_errors(setup):
     _, engine, _ = setup
     with pytest.raises(ProtocolError) as info:
