@@ -116,18 +116,25 @@ def test_the_layers_of_a_model_are_sampled_in_the_same_steps(setup):
     assert all(got == set(layers) for got in sampled.values()), {s: len(v) for s, v in sampled.items()}
 
 
+def fake_engine_clock(monkeypatch) -> list[float]:
+    """The engine's clocks (monotonic and perf_counter) read ``now[0]``, which the test moves on."""
+    from hookscope import engine as engine_mod
+
+    now = [1000.0]
+    monkeypatch.setattr(engine_mod, "time", types.SimpleNamespace(monotonic=lambda: now[0],
+                                                                 perf_counter=lambda: now[0]))
+    return now
+
+
 def test_the_layers_stay_in_the_same_steps_when_summarising_them_takes_longer_than_the_interval(
         setup, monkeypatch):
     """A round of summaries slower than the watch interval (big activations, a slow machine) must
     not split the layers over two steps for good. The engine's clock is a fake one that each
     summary moves on by 20 ms: one round over 16 layers then takes 320 ms, the interval 50 ms."""
-    from hookscope import engine as engine_mod
     from hookscope import summaries
 
     model, engine, events = setup
-    now = [1000.0]
-    monkeypatch.setattr(engine_mod, "time", types.SimpleNamespace(monotonic=lambda: now[0],
-                                                                 perf_counter=lambda: now[0]))
+    now = fake_engine_clock(monkeypatch)
     summarize_many = summaries.summarize_many
 
     def slow_summaries(tensors):
@@ -193,12 +200,8 @@ def test_the_budget_counts_putting_the_hooks_back_too(setup, monkeypatch):
     """Free summaries but costly re-arming (a thousand hooks put back every round): the budget
     slows the refresh for what the round really costs, not only for the summaries. The
     engine's clock is a fake one that each hook put back moves on by 10 ms."""
-    from hookscope import engine as engine_mod
-
     model, engine, events = setup
-    now = [1000.0]
-    monkeypatch.setattr(engine_mod, "time", types.SimpleNamespace(monotonic=lambda: now[0],
-                                                                 perf_counter=lambda: now[0]))
+    now = fake_engine_clock(monkeypatch)
     arm = engine._arm
 
     def costly_arm(watch):
