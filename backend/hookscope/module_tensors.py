@@ -30,7 +30,7 @@ debugger traces (about 2.5 µs each under debugpy here).
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -141,7 +141,7 @@ class ModuleTensors:
                 params.append(param)
         return _unique(params) if self._shared else params
 
-    def grad_groups(self, extra: list[torch.Tensor] = []) -> tuple[list[torch.Tensor], list[torch.Tensor]]:  # noqa: B006 (read only)
+    def grad_groups(self, extra: Sequence[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Every parameter's ``.grad`` once, and the ``extra`` gradients: (small CPU ones to flatten, the rest to norm)."""
         self._uses += 1  # _refresh(), written out: one call less per step
         if self._generation != self.structure.generation or self._uses > REFRESH_EVERY:
