@@ -112,7 +112,7 @@ def under_debugpy(python: str, command: list[str], env: dict[str, str], timeout:
             "name": f"bench {Path(command[0]).name}", "type": "debugpy", "request": "launch",
             "program": command[0], "args": command[1:], "cwd": str(HERE), "python": [python],
             "console": "internalConsole", "justMyCode": True, "env": {"PYTHONUNBUFFERED": "1", **env},
-            "rules": [{"module": "hookscope", "include": True}], "redirectOutput": True})
+            "rules": [{"module": "hookscope", "include": False}], "redirectOutput": True})
         dap.wait_event("initialized", timeout=60)
         dap.request("setExceptionBreakpoints", {"filters": []})
         dap.request("configurationDone")

@@ -179,6 +179,21 @@ class ModelIndex:
                     found.append(prefix)
         return found
 
+    def call_site(self, layer: str) -> tuple[str, int] | None:
+        """The first line of the nearest ancestor's ``forward`` that calls ``layer`` or its container."""
+        by_name = self.modules()
+        parts = layer.split(".") if layer else []
+        for depth in range(len(parts) - 1, -1, -1):
+            ancestor = by_name.get(".".join(parts[:depth]))
+            if ancestor is None:
+                continue
+            source, sites = _call_sites(type(ancestor))
+            lines = [line for line, targets in sites.items()
+                     if any(attr == parts[depth] for attr, _ in targets)]
+            if source and lines:
+                return source, min(lines)
+        return None
+
 
 _call_site_cache: dict[type, tuple[str, dict[int, list[tuple[str, bool]]]]] = {}
 

@@ -320,7 +320,7 @@ class Runner:
             "cwd": os.getcwd(), "python": [self.args.python], "console": "internalConsole",
             "justMyCode": self.args.just_my_code, "env": env,
             # justMyCode hides a stop made from site-packages; this rule lets Hookscope's through.
-            "rules": [{"module": "hookscope", "include": True}],
+            "rules": [{"module": "hookscope", "include": False}],
             "redirectOutput": True, "showReturnValue": False,
         })
         self.dap.wait_event("initialized", timeout=self.args.timeout)

@@ -493,9 +493,13 @@ class Engine:
             log.debug("hookscope: summaries failed", exc_info=True)
             self._notice("warning", f"summaries of {event.layer} failed: {exc}", "summaryError")
         self._last[(event.model, event.layer)] = {"step": event.step, "tensors": stats}
-        connected = stop.debugger_connected()
-        filtered = connected and stop.stop_filtered()
-        pausing = connected and not filtered
+        stop_frame = None
+        if stop.debugger_connected():
+            stop_frame = stop.prepare(event, reason, stats, self._indexes.get(event.model))
+            filtered = stop_frame is None
+        else:
+            filtered = False
+        pausing = stop_frame is not None
         message: dict[str, Any] = {"type": "hit", "breakpoint": bp_id, "model": event.model,
                                    "layer": event.layer, "phase": event.phase, "reason": reason,
                                    "step": event.step, "summaries": stats, "pausing": pausing}
@@ -504,12 +508,12 @@ class Engine:
         self._emit(message)
         if filtered and not self._filtered_notice_sent:
             self._filtered_notice_sent = True
-            self._notice("warning", "Hookscope cannot pause: justMyCode hides its stop frame; "
+            self._notice("warning", f"Hookscope cannot pause at {event.layer or 'the model'}: "
                          + stop.JUST_MY_CODE_HINT, "justMyCode")
-        if pausing:
+        if stop_frame is not None:
             self._paused = {**event.frame_locals(), "reason": reason, "stats": stats}
             try:
-                stop.pause(event, reason, stats)
+                stop.pause(stop_frame)
             finally:
                 self._paused = None
                 self._emit({"type": "resumed", "breakpoint": bp_id, "layer": event.layer})

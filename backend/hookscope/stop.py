@@ -1,14 +1,13 @@
 """The frame the debugger stops in when a layer breakpoint fires.
 
-The debugger pauses in the ``_stop_*`` function that calls ``_break_in``, so
-its parameters are the locals the user sees in the Variables view and the
-debug console (``layer``,
-``module``, ``inputs``, ``output`` or ``grad_input``, ``grad_output``,
-``reason``, ``stats``). This frame lives in the hookscope package: with
-``justMyCode`` on, pydevd skips it unless the launch configuration has
-``"rules": [{"module": "hookscope", "include": true}]`` (the editor and
-``hookscope run`` add it). ``stop_filtered()`` asks pydevd whether the stop
-would be skipped, so the engine can say so instead of failing silently.
+The stop is shown in the user's code: the debugger pauses in a generator frame
+whose code carries the user's file and line (``stop_location`` picks them: the
+line that called the layer, else the line that created it) and whose locals are
+the hook's values (``layer``, ``module``, ``inputs``, ``output`` or ``grad_input``,
+``grad_output``, ``reason``, ``stats``). The Call Stack names it for the layer and
+phase (``blocks.2.mix · backward``). Hookscope's own frames below it are hidden by
+the launch rule ``{"module": "hookscope", "include": false}`` that the editor and
+``hookscope run`` add; Step Over from the stop lands on the user's next line.
 
 Without a debugger the breakpoint's action applies: log, raise
 ``BreakpointHit`` (the only exception Hookscope raises into training), or
@@ -20,12 +19,13 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from hookscope import stop_location
 from hookscope.conditions import HookEvent
 
-JUST_MY_CODE_HINT = ('add "rules": [{"module": "hookscope", "include": true}] to the launch '
-                     "configuration, or set justMyCode to false")
+JUST_MY_CODE_HINT = ("the layer's code and its callers are all hidden from the debugger (justMyCode or "
+                     "an exclude rule): set justMyCode to false or include the model's files")
 
 
 class BreakpointHit(RuntimeError):
@@ -75,19 +75,68 @@ def debugger_connected() -> bool:
         return False
 
 
-def stop_filtered() -> bool:
-    """Whether pydevd would skip a stop in this module (justMyCode without a hookscope rule)."""
+def _files_filter() -> Callable[[Any], bool] | None:
+    """pydevd's "would this frame be hidden" test (justMyCode, rules), or None when nothing is hidden."""
     constants = sys.modules.get("_pydevd_bundle.pydevd_constants")
     if constants is None:
-        return False
+        return None
     try:
         py_db = constants.get_global_debugger()
-        if py_db is None or not py_db.is_files_filter_enabled:
-            return False
-        frame = sys._getframe()  # a frame of this module, like the _stop_* frames
-        return bool(py_db.apply_files_filter(frame, frame.f_code.co_filename, False))
     except Exception:
-        return False
+        return None
+    if py_db is None or not py_db.is_files_filter_enabled:
+        return None
+
+    def hidden(frame: Any) -> bool:
+        try:
+            return bool(py_db.apply_files_filter(frame, frame.f_code.co_filename, False))
+        except Exception:
+            return False
+    return hidden
+
+
+class StopFrame:
+    """A stop ready to pause in: the suspended frame at the user's line, with the hook's locals."""
+
+    def __init__(self, generator: Any) -> None:
+        self.generator = generator
+
+    @property
+    def file(self) -> str:
+        return self.generator.gi_frame.f_code.co_filename
+
+    @property
+    def line(self) -> int:
+        return self.generator.gi_frame.f_code.co_firstlineno
+
+    def close(self) -> None:
+        self.generator.close()
+
+
+def _stop_values(event: HookEvent, reason: str, stats: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stop frame's locals, in the order the Variables view lists them."""
+    values: dict[str, Any] = {"layer": event.layer, "module": event.module}
+    if event.phase == "backward":
+        values.update(grad_input=event.grad_input, grad_output=event.grad_output)
+    elif event.phase == "param_grad":
+        values.update(param_name=event.param_name, param=event.extra.get("param"), grad=event.grad)
+    else:
+        values.update(inputs=event.inputs, output=event.output)
+    values.update(reason=reason, stats=stats)
+    return values
+
+
+def prepare(event: HookEvent, reason: str, stats: list[dict[str, Any]], index: Any) -> StopFrame | None:
+    """The frame to pause in, or None when the debugger would hide every place to show the stop.
+
+    Call it from the hook (forward stops are shown at the caller's line, read from the stack).
+    ``index`` is the model's ``ModelIndex``: source lines for backward and parameter stops.
+    """
+    name = stop_location.frame_name(event.layer, event.module, event.phase, event.param_name)
+    generator = stop_location.first_shown(
+        stop_location.candidates(event.layer, event.module, event.phase, index),
+        _files_filter() or (lambda frame: False), name, _stop_values(event, reason, stats))
+    return StopFrame(generator) if generator is not None else None
 
 
 def _make_thread_debuggable(debugpy: Any) -> None:
@@ -101,57 +150,20 @@ def _make_thread_debuggable(debugpy: Any) -> None:
             pass
 
 
-def pause(event: HookEvent, reason: str, stats: list[dict[str, Any]]) -> None:
-    """Pause the debugger in a frame named for the user; returns when the user continues."""
+def pause(stop: StopFrame) -> None:
+    """Pause the debugger in ``stop``'s frame; returns when the user continues.
+
+    ``pydevd.settrace`` with ``stop_at_frame`` is the call ``debugpy.breakpoint()`` makes,
+    naming the frame itself: in a subprocess debugpy follows (a DDP rank under torchrun)
+    pydevd does not know debugpy's files as its own and would pick debugpy's wrapper.
+    """
     debugpy = _debugpy()
-    if debugpy is None:
+    pydevd = sys.modules.get("pydevd")
+    if debugpy is None or pydevd is None or not debugpy.is_client_connected():
+        stop.close()
         return
     _make_thread_debuggable(debugpy)
-    if event.phase == "backward":
-        _stop_backward(event.layer, event.module, event.grad_input, event.grad_output, reason, stats)
-    elif event.phase == "param_grad":
-        _stop_param_grad(event.layer, event.module, event.param_name, event.extra.get("param"),
-                         event.grad, reason, stats)
-    else:
-        _stop_forward(event.layer, event.module, event.inputs, event.output, reason, stats)
-
-
-def _break_in() -> None:
-    """``debugpy.breakpoint()``, pausing in the caller's frame (one of the ``_stop_*`` frames below).
-
-    ``debugpy.breakpoint()`` pauses in the first caller that is not a debugger file. In a
-    subprocess debugpy follows (a DDP rank under torchrun, a child script), pydevd does not
-    know debugpy's own files as its own, so that caller is debugpy's ``wrapper``, which
-    justMyCode hides: nothing pauses. Naming the frame works in every process. (The same
-    call debugpy makes, to pydevd, which is loaded whenever a debugger is attached.)
-    """
-    pydevd = sys.modules.get("pydevd")
-    debugpy = _debugpy()
-    if pydevd is None or not hasattr(pydevd, "settrace"):
-        debugpy.breakpoint()
-        return
-    if not debugpy.is_client_connected():
-        return
     pydevd.settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
-                    stop_at_frame=sys._getframe(1), notify_stdin=False)
-
-
-# The three frames below are what the user sees. Keep their parameters named
-# for the user and their bodies to the one call.
-
-def _stop_forward(layer: str, module: Any, inputs: Any, output: Any, reason: str,
-                  stats: list[dict[str, Any]]) -> None:
-    _break_in()
-    return  # paused here: inspect layer, module, inputs, output, reason, stats
-
-
-def _stop_backward(layer: str, module: Any, grad_input: Any, grad_output: Any, reason: str,
-                   stats: list[dict[str, Any]]) -> None:
-    _break_in()
-    return  # paused here: inspect layer, module, grad_input, grad_output, reason, stats
-
-
-def _stop_param_grad(layer: str, module: Any, param_name: str | None, param: Any, grad: Any,
-                     reason: str, stats: list[dict[str, Any]]) -> None:
-    _break_in()
-    return  # paused here: inspect layer, module, param_name, param, grad, reason, stats
+                    stop_at_frame=stop.generator.gi_frame, notify_stdin=False)
+    for _ in stop.generator:  # paused in the generator's first line: the user's line
+        pass

@@ -32,7 +32,7 @@ describe('debug: launch configuration injection', () => {
       PYTHONPATH: '/site/hookscope/bootstrap:/mine:/other', CUDA_VISIBLE_DEVICES: '0',
       HOOKSCOPE_ADDR: '127.0.0.1:4000', HOOKSCOPE_TOKEN: 'tok', HOOKSCOPE_SESSION: 'key',
     });
-    assert.deepEqual(out.rules, [{ path: '/w/vendor', include: false }, { module: 'hookscope', include: true }]);
+    assert.deepEqual(out.rules, [{ module: 'hookscope', include: false }, { path: '/w/vendor', include: false }]);
     assert.equal(out.program, '/w/train.py');
     assert.equal(out[SESSION_KEY_PROPERTY], 'key');
     assert.equal(isInjected(out), true);
@@ -51,9 +51,9 @@ describe('debug: launch configuration injection', () => {
   });
 
   it('respects a rule the user wrote about hookscope', () => {
-    const rules = [{ module: 'hookscope', include: false }];
+    const rules = [{ module: 'hookscope', include: true }];
     assert.deepEqual(withHookscopeRule(rules), rules);
-    assert.deepEqual(withHookscopeRule(undefined), [{ module: 'hookscope', include: true }]);
+    assert.deepEqual(withHookscopeRule(undefined), [{ module: 'hookscope', include: false }]);
   });
 
   it('prepends without duplicates or empty entries (Windows separator too)', () => {

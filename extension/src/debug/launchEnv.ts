@@ -45,11 +45,14 @@ export function prependPath(dir: string, existing: string | undefined | null, se
   return [dir, ...rest].join(separator);
 }
 
-/** The rules with Hookscope's include-rule appended, unless some rule already names the module. */
+/**
+ * The rules with Hookscope's exclude-rule first, unless some rule already names the module: a stop is
+ * shown in the user's code and Hookscope's own frames stay out of the Call Stack and of stepping.
+ */
 export function withHookscopeRule(rules: readonly DebugRule[] | undefined): DebugRule[] {
   const existing = [...(rules ?? [])];
   const mentioned = existing.some((r) => r.module === 'hookscope' || (r.module ?? '').startsWith('hookscope.'));
-  return mentioned ? existing : [...existing, { module: 'hookscope', include: true }];
+  return mentioned ? existing : [{ module: 'hookscope', include: false }, ...existing];
 }
 
 /** A copy of `config` with Hookscope added; the input object is not modified. */

@@ -31,7 +31,7 @@ DEBUGGEE = textwrap.dedent('''
     engine = Engine(events.append, shapes=False)
     engine.add_model("m", model)
     engine.set_breakpoints([{"id": "bp1", "layer": "0", "phases": ["backward"]}])
-    model(torch.randn(3, 4)).sum().backward()
+    model(torch.randn(3, 4)).sum().backward()  # @backward
     engine.shutdown()
     with open(sys.argv[1], "w") as f:
         json.dump([{k: v for k, v in e.items() if k != "summaries"} for e in events], f)
@@ -57,12 +57,21 @@ def launch(tmp_path: Path, rules: list[dict]) -> tuple[DapClient, Path]:
     return dap, out
 
 
-def test_stop_lands_in_the_named_frame_and_continue_works(tmp_path):
-    dap, out = launch(tmp_path, [{"module": "hookscope", "include": True}])
+def backward_line() -> int:
+    return next(n for n, text in enumerate(DEBUGGEE.splitlines(), 1) if text.endswith("# @backward"))
+
+
+def test_stop_is_shown_in_user_code_and_continue_works(tmp_path):
+    dap, out = launch(tmp_path, [{"module": "hookscope", "include": False}])
     try:
         stopped = dap.wait_event("stopped", timeout=120)
         frame = dap.top_frame(stopped["body"]["threadId"])
-        assert frame["name"] == "_stop_backward"
+        # nn.Sequential calls layer 0 from torch's code and the engine here records no creation
+        # lines (no discovery): the backward stop is shown at the line running backward.
+        assert (frame["name"], frame["source"]["path"], frame["line"]) == (
+            "0 · backward", str(tmp_path / "debuggee.py"), backward_line())
+        stack = dap.request("stackTrace", {"threadId": stopped["body"]["threadId"]})["stackFrames"]
+        assert [f["source"]["path"] for f in stack] == [str(tmp_path / "debuggee.py")] * 2, stack
         names = dap.frame_variables(frame["id"])
         assert {"layer", "module", "grad_input", "grad_output", "reason", "stats"} <= set(names)
         assert dap.evaluate("layer", frame["id"]) == "'0'"
@@ -79,9 +88,9 @@ def test_stop_lands_in_the_named_frame_and_continue_works(tmp_path):
 
 
 def test_a_stop_the_debugger_would_hide_is_reported(tmp_path):
-    # An editable install is not filtered by justMyCode (a site-packages one is); a rule
-    # excluding hookscope makes pydevd skip the stop frame the same way.
-    dap, out = launch(tmp_path, [{"module": "hookscope", "include": False}])
+    # The model's own file excluded by a rule: no line is left to show the stop at.
+    dap, out = launch(tmp_path, [{"path": str(tmp_path), "include": False},
+                                 {"module": "hookscope", "include": False}])
     try:
         deadline = time.monotonic() + 120
         while not dap.events("terminated"):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import hookscope
 from hookscope import bootstrap
 from hookscope.dap_client import DapClient
 from hookscope.editor_link import BackendConnection, EditorLink
@@ -60,7 +61,7 @@ class DebugSession:
         launch = self.dap.send_request("launch", {
             "program": str(self.script), "args": self.args, "cwd": str(ROOT), "python": [self.python],
             "console": "internalConsole", "justMyCode": self.just_my_code, "env": env,
-            "rules": [{"module": "hookscope", "include": True}],
+            "rules": [{"module": "hookscope", "include": False}],
         })
         self.dap.wait_event("initialized", timeout=DEADLINE)
         self.conn = self.link.wait_connection(DEADLINE)
@@ -80,6 +81,18 @@ class DebugSession:
         event = self.dap.wait_event("stopped", timeout=DEADLINE)
         thread_id = event["body"]["threadId"]
         return thread_id, self.dap.top_frame(thread_id)
+
+    def stack(self, thread_id: int) -> list[dict]:
+        """The Call Stack the editor would show."""
+        return self.dap.request("stackTrace", {"threadId": thread_id})["stackFrames"]
+
+    def assert_shown_in_user_code(self, thread_id: int, frame: dict, name: str, file: Path, line: int) -> None:
+        """The stop frame is named for the layer, at the user's line, and no Hookscope frame is shown."""
+        assert (frame["name"], frame["source"]["path"], frame["line"]) == (name, str(file), line), frame
+        checkout = str(Path(hookscope.__file__).parent) + os.sep
+        shown = [(f["name"], f["source"].get("path", "")) for f in self.stack(thread_id)]
+        ours = [s for s in shown if s[1].startswith(checkout) or f"site-packages{os.sep}hookscope{os.sep}" in s[1]]
+        assert not ours, shown
 
     def resume(self, thread_id: int) -> None:
         self.dap.request("continue", {"threadId": thread_id})

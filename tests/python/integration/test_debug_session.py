@@ -51,11 +51,12 @@ def test_layer_breakpoints_pause_in_the_layer_and_leave_no_hook(tmp_path, plain_
             assert modules[name]["file"] == str(TINY_CNN), name
             assert modules[name]["line"] == marker_line(TINY_CNN, marker), name
 
-        # 1. backward of conv2 at its first hit: the stop is in Hookscope's frame, named for the user.
+        # 1. backward of conv2 at its first hit: shown at the forward line that calls conv2.
         hit = conn.wait_event("hit", timeout=DEADLINE)
         assert (hit["breakpoint"], hit["layer"], hit["phase"], hit["pausing"]) == ("b1", "conv2", "backward", True)
         thread_id, frame = session.stopped()
-        assert frame["name"] == "_stop_backward"
+        session.assert_shown_in_user_code(thread_id, frame, "conv2 · backward", TINY_CNN,
+                                          marker_line(TINY_CNN, "call.conv2"))
         variables = session.dap.frame_variables(frame["id"])
         assert {"layer", "module", "grad_input", "grad_output", "reason"} <= set(variables)
         norm = float(session.dap.evaluate("grad_output[0].norm().item()", frame["id"]))
@@ -73,7 +74,8 @@ def test_layer_breakpoints_pause_in_the_layer_and_leave_no_hook(tmp_path, plain_
         hit = conn.wait_event("hit", timeout=DEADLINE)
         assert (hit["breakpoint"], hit["layer"], hit["phase"]) == ("b2", "head.1", "forward")
         thread_id, frame = session.stopped()
-        assert frame["name"] == "_stop_forward"
+        session.assert_shown_in_user_code(thread_id, frame, "head.1 · forward", TINY_CNN,
+                                          marker_line(TINY_CNN, "call.head"))
         assert {"inputs", "output"} <= set(session.dap.frame_variables(frame["id"]))
         assert session.dap.evaluate("tuple(output.shape)", frame["id"]) == "(8, 2)"
         session.resume(thread_id)
@@ -91,11 +93,13 @@ def test_layer_breakpoints_pause_in_the_layer_and_leave_no_hook(tmp_path, plain_
         session.close()
 
 
-@pytest.mark.parametrize("script, args, layer, phase", [
-    (ROOT / "examples" / "nan.py", ["--steps", "10"], "head.standardize", "forward"),
-    (FIXTURES / "nan_backward.py", ["--steps", "4"], "sqrt", "backward"),
+@pytest.mark.parametrize("script, args, layer, phase, call", [
+    (ROOT / "examples" / "nan.py", ["--steps", "10"], "head.standardize", "forward",
+     "return self.out(self.standardize(x))"),
+    (FIXTURES / "nan_backward.py", ["--steps", "4"], "sqrt", "backward",
+     "return self.fc(self.sqrt(self.soft(self.scale(x))))"),
 ], ids=["forward", "backward"])
-def test_break_on_nonfinite_names_the_first_producing_layer(script, args, layer, phase):
+def test_break_on_nonfinite_names_the_first_producing_layer(script, args, layer, phase, call):
     session = DebugSession(script, args)
     try:
         conn = session.start(lambda c: c.request("setBreakOnNonFinite", enabled=True))
@@ -103,7 +107,8 @@ def test_break_on_nonfinite_names_the_first_producing_layer(script, args, layer,
         assert (hit["breakpoint"], hit["layer"], hit["phase"]) == ("nonfinite", layer, phase)
         assert hit["origin"] == "born here"
         thread_id, frame = session.stopped()
-        assert frame["name"] == f"_stop_{phase}"
+        call_line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if call in text)
+        session.assert_shown_in_user_code(thread_id, frame, f"{layer} · {phase}", script, call_line)
         assert session.dap.evaluate("layer", frame["id"]) == repr(layer)
         session.resume(thread_id)
         assert session.continue_until_exit() == 0
