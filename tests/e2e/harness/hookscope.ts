@@ -29,6 +29,8 @@ export interface HookscopeRunOptions {
   launches?: { targets?: LaunchTarget[]; type?: string };
   /** More user settings. */
   settings?: Record<string, unknown>;
+  /** More workspace files (relative path → text), e.g. a model the examples do not have. */
+  files?: Record<string, string>;
 }
 
 export function startHookscopeRun(name: string, options: HookscopeRunOptions = {}): Promise<E2ERun> {
@@ -36,7 +38,7 @@ export function startHookscopeRun(name: string, options: HookscopeRunOptions = {
     name,
     extensions: [hookscopeVsix(), ...(options.extraExtensions ?? [])],
     workspaceSource: EXAMPLES_DIR,
-    workspaceFiles: { '.vscode/launch.json': launchJson(options.launches?.targets, options.launches?.type) },
+    workspaceFiles: { ...options.files, '.vscode/launch.json': launchJson(options.launches?.targets, options.launches?.type) },
     settings: ({ traceFile }) => ({ ...hookscopeSettings({ traceFile, pythonPath: options.pythonPath }), ...options.settings }),
   });
 }

@@ -130,6 +130,30 @@ export class Workbench {
     return match ? Number(match[1]) : undefined;
   }
 
+  /** Labels of the open editor tabs, the active one first ("model.py", …). */
+  async editorTabs(): Promise<{ active: string | undefined; all: string[] }> {
+    const label = (l: string | null) => (l ?? '').split(',')[0].trim();
+    const all = (await this.page.locator('.tabs-container .tab').evaluateAll((tabs) => tabs.map((t) => t.getAttribute('aria-label'))))
+      .map(label);
+    const active = this.page.locator('.editor-group-container.active .tabs-container .tab.active');
+    return { active: (await active.count()) > 0 ? label(await active.first().getAttribute('aria-label')) : undefined, all };
+  }
+
+  /** Waits until the active editor is `fileName` with the cursor on `line` (as a debugger stop reveals it). */
+  async waitForActiveEditor(fileName: string, line: number, options: WaitOptions = {}): Promise<void> {
+    let seen = '';
+    try {
+      await waitFor(`the editor to show ${fileName}:${line}`, async () => {
+        const tabs = await this.editorTabs();
+        const cursor = await this.cursorLine();
+        seen = `${tabs.active}:${cursor} (tabs: ${tabs.all.join(', ')})`;
+        return tabs.active === fileName && cursor === line;
+      }, { timeoutMs: 20_000, ...options });
+    } catch (err) {
+      throw new Error(`${(err as Error).message}; the editor shows ${seen}`);
+    }
+  }
+
   /** Line number of the first line whose text matches `pattern` in `file` (1-based), read from disk. */
   static lineOf(file: string, pattern: RegExp | string): number {
     const lines = fs.readFileSync(file, 'utf8').split('\n');

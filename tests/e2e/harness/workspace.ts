@@ -13,6 +13,8 @@ export interface LaunchTarget {
   args?: string[];
   /** Run this module (`python -m`), e.g. torch.distributed.run for torchrun, with the script as an argument. */
   module?: string;
+  /** debugpy's justMyCode (default true, as in a new launch.json). */
+  justMyCode?: boolean;
 }
 
 export const EXAMPLE_LAUNCHES: LaunchTarget[] = [
@@ -38,7 +40,7 @@ export function launchJson(targets: LaunchTarget[] = EXAMPLE_LAUNCHES, type = 'h
       ? { module: t.module, args: [...(t.args ?? []), `\${workspaceFolder}/${t.script}`] }
       : { program: `\${workspaceFolder}/${t.script}`, args: t.args ?? [] }),
     console: 'internalConsole',
-    justMyCode: true,
+    justMyCode: t.justMyCode ?? true,
   }));
   return JSON.stringify({ version: '0.2.0', configurations }, null, 2) + '\n';
 }

@@ -3,8 +3,10 @@
 //     bar shows the process connected and the model found, the Layers tree lists
 //     the model's layers;
 // (2) cursor on a layer's definition line, toggle a backward layer breakpoint
-//     from the palette, run: VS Code stops in that layer; Call Stack and
-//     Variables show grad_output; the Debug Console evaluates
+//     from the palette, run: VS Code stops in that layer, shown at the user's
+//     line that calls conv2 (never Hookscope's source); the Call Stack names
+//     the stop "conv2 · backward" above the user's frames and no Hookscope
+//     frame; Variables show grad_output; the Debug Console evaluates
 //     grad_output[0].norm(); the Tensors panel shows that layer's gradient
 //     summary (the same norm) and a histogram;
 // (3) continue, remove the breakpoint, the run finishes and nothing is left.
@@ -19,6 +21,9 @@ import { TensorsPanel } from '../harness/tensorsPanel.ts';
 import { isEvent } from '../harness/trace.ts';
 import { waitFor } from '../harness/wait.ts';
 import { Workbench } from '../harness/workbench.ts';
+
+/** Files of the hookscope package a user must never meet at a stop. */
+const HOOKSCOPE_FILES = /\b(stop|stop_location|engine|breakpoints|nonfinite|leaf_hooks|agent|conditions)\.py\b/;
 
 describe('debugging the CNN example with a layer breakpoint', function () {
   const session = sessionSteps(() => startHookscopeRun('debugging'));
@@ -87,8 +92,13 @@ describe('debugging the CNN example with a layer breakpoint', function () {
     await dbg.waitForPaused();
     assert.match(String(hit.reason), /conv2/);
 
-    const stack = await dbg.waitForStackFrame(/cnn\.py/);  // the user's frames, under the stop frame
-    assert.ok(stack.some((r) => /_stop_backward/.test(r)), `the stop frame is on top: ${stack.join(' | ')}`);
+    // The editor shows the user's line that calls conv2, and Hookscope's own source never opens.
+    await workbench.waitForActiveEditor('cnn.py', Workbench.lineOf(cnn(), 'self.conv2(x)'));
+    const stack = await dbg.waitForStackFrame(/train|main/);  // the user's frames, under the stop frame
+    const frames = stack.filter((r) => /\.py/.test(r));
+    assert.match(frames[0] ?? '', /conv2 · backward.*cnn\.py/, `the stop frame is on top, in cnn.py: ${stack.join(' | ')}`);
+    assert.deepEqual(frames.filter((r) => HOOKSCOPE_FILES.test(r)), [], `no Hookscope frame in the Call Stack: ${stack.join(' | ')}`);
+    assert.deepEqual((await workbench.editorTabs()).all.filter((t) => HOOKSCOPE_FILES.test(t)), [], 'no Hookscope source open');
     const gradOutput = await dbg.waitForVariable(/^grad_output\b/);
     assert.match(gradOutput, /grad_output/);
     const layerVar = await dbg.waitForVariable(/^layer\b/);
