@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 NPM    ?= npm
 
-.PHONY: setup setup-python setup-node build package demo studio test test-python test-ts test-e2e bench protocol clean
+.PHONY: setup setup-python setup-node build package demo studio test test-python test-ts test-e2e screenshots bench protocol clean
 
 setup: setup-python setup-node
 
@@ -48,6 +48,10 @@ test-ts: setup-node build
 
 test-e2e: package
 	bash tests/e2e/run.sh
+
+# Refresh the README's screenshot (docs/screenshot.png) from the debugging spec's paused moment.
+screenshots: package
+	HOOKSCOPE_UPDATE_SCREENSHOTS=1 bash tests/e2e/run.sh tests/e2e/specs/10-debugging.e2e.ts
 
 # The benchmark's own environment: the peers (transformers, TorchLens) never enter the test venv.
 BENCH_VENV := .venv-bench
