@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from hookscope import protocol, stop, summaries
+from hookscope import copy_safety, protocol, stop, summaries
 from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
 from hookscope.conditions import REPLAY, HookEvent
 from hookscope.leaf_hooks import LeafHooks
@@ -94,6 +94,7 @@ class Engine:
     def __init__(self, emit: Callable[[dict], None], *, shapes: bool = True,
                  summary_share: float = DEFAULT_SUMMARY_SHARE) -> None:
         """``summary_share``: the share of the program's time watched layers' summaries may take."""
+        copy_safety.install()  # deepcopy/pickle/torch.save of a watched model leave our hooks out
         self._emit_raw = emit
         self._lock = threading.RLock()
         self._indexes: dict[str, ModelIndex] = {}

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from .. import inventory
+from .. import copy_safety, inventory
 
 _LIVE: set[HookSet] = set()
 _LIVE_LOCK = threading.Lock()
@@ -41,6 +41,7 @@ class HookSet:
     """
 
     def __init__(self, name: str = "hooks") -> None:
+        copy_safety.install()  # copies and pickles of the model leave Hookscope's own hooks out
         self.name = name
         self._lock = threading.Lock()
         self._handles: list[tuple[RemovableHandle, str]] = []
