@@ -777,10 +777,15 @@ class Engine:
         def pre(module: nn.Module, args: tuple) -> None:
             if REPLAY.depth or layer_handles:
                 return
-            for name, sub in module.named_modules(remove_duplicate=False):
-                if not name:
-                    continue
-                layer_handles.append(sub.register_forward_hook(record(name)))
+            added = [sub.register_forward_hook(record(name))
+                     for name, sub in module.named_modules(remove_duplicate=False) if name]
+            with self._lock:
+                if self._shape_handles.get(model_id) is owned:
+                    layer_handles.extend(added)
+                    owned.extend(added)  # shutdown during this pass removes them with the root's
+                    return
+            for handle in added:  # shut down (editor gone) while they were being added
+                handle.remove()
 
         def post(module: nn.Module, args: tuple, output: Any) -> None:
             if REPLAY.depth or not layer_handles:
@@ -788,8 +793,6 @@ class Engine:
             first = summaries_first_tensor(output)
             if first is not None:
                 shapes[""] = list(first.shape)  # the root's own record hook runs after this one
-            for handle in layer_handles:
-                handle.remove()
             layer_handles.clear()
             with self._lock:
                 for handle in self._shape_handles.pop(model_id, []):
@@ -803,8 +806,8 @@ class Engine:
             except Exception as exc:
                 log.debug("hookscope: shapes failed: %s", exc)
 
-        self._shape_handles[model_id] = [model.register_forward_pre_hook(pre),
-                                         model.register_forward_hook(post)]
+        owned: list[Any] = [model.register_forward_pre_hook(pre), model.register_forward_hook(post)]
+        self._shape_handles[model_id] = owned
 
     # ------------------------------------------------------------------ helpers
 

@@ -51,6 +51,27 @@ def test_shapes_once_then_no_hook(setup):
     assert len([e for e in events if e["type"] == "shapes"]) == 1
 
 
+def test_a_shutdown_inside_the_first_forward_leaves_no_shape_hook():
+    """The editor goes away while the one-shot shape capture's per-layer hooks are on."""
+    torch.manual_seed(0)
+    model = Net()
+    engine = Engine(lambda event: None)
+    engine.add_model("m", model)
+    calls = []
+
+    def disconnect_once(module, args, output):
+        if not calls:
+            calls.append(engine.shutdown())
+
+    handle = model.layer1.register_forward_hook(disconnect_once)
+    model(batch(0)[0])
+    handle.remove()
+    assert calls and calls[0] > 2, "the shutdown removed the per-layer shape hooks with the root's"
+    assert hooks_left(model) == []
+    model(batch(1)[0])
+    assert hooks_left(model) == []
+
+
 def test_watch_streams_forward_and_backward_summaries(setup):
     model, engine, events = setup
     assert req(engine, "watch", layers=["fc1", "layer1.0"], rateHz=1000.0) == {"layers": ["fc1", "layer1.0"]}
