@@ -78,6 +78,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 import weakref
 from functools import partial
 from typing import Any, Callable, Iterator
@@ -158,6 +159,9 @@ class RootSentinel:
         """A forward ran whose gradients were not checked yet (the optimizer hook asks)."""
         self._latched = False
         """A non-finite step was reported; quiet until a clean step."""
+        self._call_open = False
+        """``_pre`` took this call's snapshot: ``_post`` may check it (hooks that land while a
+        forward runs see its end without its start, and leave that call alone)."""
 
     @property
     def root(self) -> nn.Module:
@@ -173,6 +177,10 @@ class RootSentinel:
         STRUCTURE.acquire()
         self.handles = [self.root.register_forward_pre_hook(self._pre, with_kwargs=True),
                         self.root.register_forward_hook(self._post, with_kwargs=True)]
+        starting = _starting_call(self.root)
+        if starting is not None:
+            self._pre(self.root, *starting)
+
 
     def remove(self) -> int:
         if self.active:
@@ -208,6 +216,7 @@ class RootSentinel:
                 self._snapshot_buffers(tensors.buffers())
             self._root_grads = []
             self.gradients_unchecked = True
+            self._call_open = True
         except BreakpointHit:
             raise  # the user chose 'raise'
         except Exception as exc:
@@ -227,8 +236,9 @@ class RootSentinel:
         self._buffer_snapshot = [b.detach().clone() for b in buffers]
 
     def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
-        if not self.active or REPLAY.depth:
+        if not self.active or REPLAY.depth or not self._call_open:
             return
+        self._call_open = False
         try:
             outs = [output] if isinstance(output, torch.Tensor) else tensors_in(output)  # the usual case: no call
             # The one sync of the forward. A single fp32 output is summed here (all_finite's
@@ -419,6 +429,31 @@ class RootSentinel:
         log.debug("hookscope: nonfinite %s failed", what, exc_info=True)
         self._notice("warning", f"break on NaN/Inf: {what} failed on model {self.model_id}: "
                      f"{type(exc).__name__}: {exc}"[:500], "nonfiniteError")
+
+
+def _starting_call(root: nn.Module) -> tuple[tuple, dict[str, Any]] | None:
+    """(args, kwargs) of ``root``'s call when the innermost module call on this thread is the root's.
+
+    Discovery's first-forward flush is a global forward pre-hook: a model created and called
+    at once is added, and the sentinel installed, while that very call runs its pre-hooks,
+    whose list torch took before ours existed. Its forward has not run yet, so the snapshot
+    taken now is exact and the first step is checked like any other. Read from the frames of
+    ``Module._call_impl`` (``self``, ``args``, ``kwargs``), the only place that call's kwargs live.
+    """
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename == _MODULE_PY:
+            names = frame.f_locals
+            module = names.get("self")
+            if isinstance(module, nn.Module) and "args" in names and "kwargs" in names:
+                if module is not root:
+                    return None  # inside another module's call: the root's forward is running
+                return tuple(names["args"]), dict(names["kwargs"] or {})
+        frame = frame.f_back
+    return None
+
+
+_MODULE_PY = nn.Module.__call__.__code__.co_filename
 
 
 class _Found:

@@ -306,3 +306,54 @@ def test_two_watched_roots_sharing_one_output_each_see_its_gradient():
     assert sorted((type(h.module).__name__, h.origin) for h in hits) == [
         ("Linear", "came in from the loss"), ("Wrapper", "came in from the loss")], [h.reason for h in hits]
     engine.shutdown()
+
+
+def test_armed_from_inside_the_first_forward_a_nan_in_that_step_is_found():
+    """Discovery's first-forward flush (a global forward pre-hook) adds a model created and called
+    at once: the sentinel lands while that call is starting and still checks it exactly."""
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    model = make()
+    plant_forward_nan(model)
+    hits: list = []
+    events: list[dict] = []
+    engine = Engine(events.append, shapes=False)
+    engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+
+    def first_forward(module, args):
+        if module is model and "m" not in engine._indexes:
+            engine.add_model("m", model)
+
+    handle = register_module_forward_pre_hook(first_forward)
+    try:
+        model(batch(0)[0])
+    finally:
+        handle.remove()
+    assert [(h.layer, h.phase) for h in hits] == [("fc1", "forward")], events
+    assert not [e for e in events if e["type"] == "notice" and e["level"] != "info"], events
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
+def test_hooks_landing_in_the_middle_of_a_forward_leave_that_call_alone_and_check_the_next():
+    """Turned on from another thread while a forward runs: no half-state replay, no error, and the
+    next forward is checked."""
+    model = make()
+    hits: list = []
+    events: list[dict] = []
+    engine = Engine(events.append, shapes=False)
+    engine.add_model("m", model)
+
+    def turn_on_mid_forward(module, args, output):
+        if not engine._nonfinite_enabled:
+            engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
+
+    handle = model.layer1.register_forward_hook(turn_on_mid_forward)
+    plant_forward_nan(model)
+    model(batch(0)[0])  # the root's pre-hook never ran for this call
+    handle.remove()
+    assert hits == [] and not [e for e in events if e["type"] == "notice"], events
+    model(batch(1)[0])
+    assert [(h.layer, h.phase) for h in hits] == [("fc1", "forward")]
+    engine.shutdown()
+    assert hooks_left(model) == []
