@@ -16,6 +16,7 @@ call the user's callback with a ``Hit``.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from typing import Any, Callable
 
 from hookscope import stop_location
 from hookscope.conditions import HookEvent
+
+log = logging.getLogger("hookscope")
 
 JUST_MY_CODE_HINT = ("the layer's code and its callers are all hidden from the debugger (justMyCode or "
                      "an exclude rule): set justMyCode to false or include the model's files")
@@ -132,10 +135,14 @@ def prepare(event: HookEvent, reason: str, stats: list[dict[str, Any]], index: A
     Call it from the hook (forward stops are shown at the caller's line, read from the stack).
     ``index`` is the model's ``ModelIndex``: source lines for backward and parameter stops.
     """
-    name = stop_location.frame_name(event.layer, event.module, event.phase, event.param_name)
-    generator = stop_location.first_shown(
-        stop_location.candidates(event.layer, event.module, event.phase, index),
-        _files_filter() or (lambda frame: False), name, _stop_values(event, reason, stats))
+    try:
+        name = stop_location.frame_name(event.layer, event.module, event.phase, event.param_name)
+        generator = stop_location.first_shown(
+            stop_location.candidates(event.layer, event.module, event.phase, index),
+            _files_filter() or (lambda frame: False), name, _stop_values(event, reason, stats))
+    except Exception:  # a hook never raises into training: no stop rather than a crash
+        log.warning("hookscope: cannot build the stop frame for %s", event.layer, exc_info=True)
+        return None
     return StopFrame(generator) if generator is not None else None
 
 

@@ -67,7 +67,7 @@ def _stack_locations(start: Any = None) -> Iterator[Location]:
     while frame is not None:
         file = frame.f_code.co_filename
         if not is_internal(file):
-            yield Location(file, frame.f_lineno, frame.f_globals)
+            yield Location(file, frame.f_lineno or frame.f_code.co_firstlineno, frame.f_globals)
         frame = frame.f_back
 
 
