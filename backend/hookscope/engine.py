@@ -506,6 +506,9 @@ class Engine:
                                    "step": event.step, "summaries": stats, "pausing": pausing}
         if origin:
             message["origin"] = origin
+        nan_origin = event.extra.get("nan_origin")
+        if nan_origin is not None:
+            message["op"] = nan_origin.as_fields()
         self._emit(message)
         if filtered and not self._filtered_notice_sent:
             self._filtered_notice_sent = True

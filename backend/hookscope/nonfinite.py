@@ -91,6 +91,7 @@ from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLA
                                   describe_counts, nonfinite_counts)
 from hookscope.leaf_hooks import hook_gradient
 from hookscope.module_tensors import STRUCTURE, ModuleTensors
+from hookscope.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
 from hookscope.stop import BreakpointHit
 from hookscope.summaries import all_finite, tensors_in
 
@@ -159,6 +160,8 @@ class RootSentinel:
         """A forward ran whose gradients were not checked yet (the optimizer hook asks)."""
         self._latched = False
         """A non-finite step was reported; quiet until a clean step."""
+        self._clean_before = False
+        """The last checked forward was clean (a parameter bad now was written after it)."""
         self._call_open = False
         """``_pre`` took this call's snapshot: ``_post`` may check it (hooks that land while a
         forward runs see its end without its start, and leave that call alone)."""
@@ -248,7 +251,9 @@ class RootSentinel:
                 if not self._latched:
                     self._latched = True
                     self._investigate_forward(output)
+                self._clean_before = False
                 return
+            self._clean_before = True
             if torch.is_grad_enabled():
                 if self._leaf_handles:
                     self._drop_leaf_hooks()  # the last forward's, whose backward never came
@@ -356,10 +361,12 @@ class RootSentinel:
                        f"NaN/Inf came in through the inputs of the model ({counts})", ORIGIN_INPUTS)
             return
         probe = _ForwardProbe(self._named())
+        ops = OpTracer(named_tensors(self.root))
         with self._replaying(), torch.set_grad_enabled(self._grad_enabled):
             probe.install()
             try:
-                self.root(*self._args, **self._kwargs)
+                with ops:
+                    self.root(*self._args, **self._kwargs)
             finally:
                 probe.remove()
         found = probe.found
@@ -372,7 +379,7 @@ class RootSentinel:
                        "outside the model)", None)
             return
         found.event.step = step
-        self._fire_found(found)
+        self._fire_found(found.at_op(ops.found, self._clean_before))
 
     def _investigate_backward(self) -> None:
         step = self._step_of(self.model_id)
@@ -381,17 +388,22 @@ class RootSentinel:
         for p in params:
             p.grad = None
         probe = _BackwardProbe(self._named())
+        ops = OpTracer(named_tensors(self.root), record_nodes=True)
+        nodes = NodeWatch(ops.nodes)
         try:
             with self._replaying(), torch.enable_grad():
                 probe.install()
                 try:
-                    out = self.root(*self._args, **self._kwargs)
+                    with ops:
+                        out = self.root(*self._args, **self._kwargs)
                     outs = [t for t in tensors_in(out) if t.requires_grad]
                     pairs = [(o, g) for o, g in zip(outs, self._root_grads) if g is not None]
                     if pairs:
+                        nodes.install()
                         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
                 finally:
                     probe.remove()
+                    nodes.remove()
         finally:
             for p, g in zip(params, saved):
                 p.grad = g
@@ -399,7 +411,7 @@ class RootSentinel:
             self._report_param_grads("the replay of the step did not reproduce it")
             return
         probe.found.event.step = step
-        self._fire_found(probe.found)
+        self._fire_found(probe.found.at_op(nodes.found, self._clean_before))
 
     def _fire_found(self, found: "_Found") -> None:
         # The probe recorded the culprit while the replay ran; the stop happens here, after
@@ -462,6 +474,16 @@ class _Found:
     def __init__(self, event: HookEvent, reason: str, origin: str | None) -> None:
         self.event, self.reason, self.origin = event, reason, origin
 
+    def at_op(self, op: OpOrigin | None, clean_before: bool) -> "_Found":
+        """The layer-level finding with the op and line the replay's tracer saw (when it saw one)."""
+        if op is not None:
+            self.reason += f". {op.describe()}"
+            if op.tensor_name is not None and clean_before:
+                self.reason += ("; the step before was clean, so it was written since "
+                                "(by the optimizer step, or code outside autograd)")
+            self.event.extra["nan_origin"] = op
+        return self
+
 
 class _ForwardProbe:
     """Replay-only forward hooks on every module: the first non-finite value, in execution order."""
@@ -504,9 +526,9 @@ class _ForwardProbe:
             if all_finite(tensors):
                 return
             counts = describe_counts(nonfinite_counts(tensors))
+            where = f"layer {name} (forward)" if name else f"{type(module).__name__}.forward (the model itself)"
             self.found = _Found(HookEvent("", name, module, "forward", inputs=args, output=output),
-                                f"NaN/Inf first produced in layer {name or 'the model'} (forward): {counts}",
-                                ORIGIN_BORN)
+                                f"NaN/Inf first produced in {where}: {counts}", ORIGIN_BORN)
         return hook
 
 

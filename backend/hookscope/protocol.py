@@ -123,6 +123,9 @@ MESSAGES: tuple[Message, ...] = (
         _f("summaries", "list", "TensorSummary of inputs/outputs/gradients"),
         _f("pausing", "bool", "whether the debugger will pause (false: no debugger attached)"),
         _f("origin", "str", "for nonfinite: 'born here' or 'came in through inputs'", True),
+        _f("op", "map", "for nonfinite: the op where the first NaN/Inf was born, from the replay: "
+                         "op, phase, file, line, function, stack (user frames, innermost first), "
+                         "node (backward), tensor (a parameter/buffer already non-finite)", True),
     )),
     Message("summaries", "event", "toExtension",
             "Live summaries of watched layers, at the panel's rate.", (

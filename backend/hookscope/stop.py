@@ -16,6 +16,7 @@ call the user's callback with a ``Hit``.
 
 from __future__ import annotations
 
+import keyword
 import logging
 import sys
 import threading
@@ -129,6 +130,26 @@ def _stop_values(event: HookEvent, reason: str, stats: list[dict[str, Any]]) -> 
     return values
 
 
+def _at_nan_origin(event: HookEvent, values: dict[str, Any], hidden: Callable[[Any], bool]) -> Any:
+    """Break on NaN/Inf's stop at the user's line whose op made the first non-finite value.
+
+    The frame shows that line with the locals its frame had during the replay, plus the
+    layer's values under names the user's frame does not use, plus ``nan_origin`` (the op,
+    counts, stack). None when the replay saw no op, or the debugger would hide that line.
+    """
+    origin = event.extra.get("nan_origin")
+    location = getattr(getattr(origin, "site", None), "location", None)
+    if location is None:
+        return None
+    shown = {k: v for k, v in origin.site.frame_locals.items() if k.isidentifier() and not keyword.iskeyword(k)}
+    for name, value in values.items():
+        shown.setdefault(name, value)
+    shown["nan_origin"] = origin
+    function = origin.site.stack[0].function if origin.site.stack else "forward"
+    own = next((f.function for f in origin.site.stack if not f.library), function)
+    return stop_location.first_shown(iter([location]), hidden, f"{own} · {origin.site.op} → NaN/Inf", shown)
+
+
 def prepare(event: HookEvent, reason: str, stats: list[dict[str, Any]], index: Any) -> StopFrame | None:
     """The frame to pause in, or None when the debugger would hide every place to show the stop.
 
@@ -136,10 +157,13 @@ def prepare(event: HookEvent, reason: str, stats: list[dict[str, Any]], index: A
     ``index`` is the model's ``ModelIndex``: source lines for backward and parameter stops.
     """
     try:
-        name = stop_location.frame_name(event.layer, event.module, event.phase, event.param_name)
-        generator = stop_location.first_shown(
-            stop_location.candidates(event.layer, event.module, event.phase, index),
-            _files_filter() or (lambda frame: False), name, _stop_values(event, reason, stats))
+        hidden = _files_filter() or (lambda frame: False)
+        values = _stop_values(event, reason, stats)
+        generator = _at_nan_origin(event, values, hidden)
+        if generator is None:
+            name = stop_location.frame_name(event.layer, event.module, event.phase, event.param_name)
+            generator = stop_location.first_shown(
+                stop_location.candidates(event.layer, event.module, event.phase, index), hidden, name, values)
     except Exception:  # a hook never raises into training: no stop rather than a crash
         log.warning("hookscope: cannot build the stop frame for %s", event.layer, exc_info=True)
         return None

@@ -189,6 +189,8 @@ export interface HitMessage {
   pausing: boolean;
   /** for nonfinite: 'born here' or 'came in through inputs' */
   origin?: string;
+  /** for nonfinite: the op where the first NaN/Inf was born, from the replay: op, phase, file, line, function, stack (user frames, innermost first), node (backward), tensor (a parameter/buffer already non-finite) */
+  op?: Record<string, unknown>;
 }
 
 /** Live summaries of watched layers, at the panel's rate. */
@@ -546,7 +548,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   hello: { kind: 'event', direction: 'toExtension', fields: [{ name: 'token', type: 'str', optional: false }, { name: 'protocol', type: 'int', optional: false }, { name: 'pid', type: 'int', optional: false }, { name: 'session', type: 'str', optional: true }, { name: 'rank', type: 'int', optional: false }, { name: 'worldSize', type: 'int', optional: false }, { name: 'python', type: 'str', optional: false }, { name: 'torch', type: 'str', optional: false }, { name: 'hookscope', type: 'str', optional: false }, { name: 'argv', type: 'list', optional: false }, { name: 'debugger', type: 'bool', optional: false }] },
   modelAdded: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'map', optional: false }] },
   modelRemoved: { kind: 'event', direction: 'toExtension', fields: [{ name: 'id', type: 'str', optional: false }] },
-  hit: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'reason', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'summaries', type: 'list', optional: false }, { name: 'pausing', type: 'bool', optional: false }, { name: 'origin', type: 'str', optional: true }] },
+  hit: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'reason', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'summaries', type: 'list', optional: false }, { name: 'pausing', type: 'bool', optional: false }, { name: 'origin', type: 'str', optional: true }, { name: 'op', type: 'map', optional: true }] },
   summaries: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'tensors', type: 'list', optional: false }] },
   shapes: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'shapes', type: 'map', optional: false }] },
   resumed: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }] },

@@ -105,8 +105,9 @@ def wait_until_a_sample_is_due(engine: Engine, deadline_s: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-def test_between_samples_no_hook_sits_on_a_watched_layer_and_the_next_forward_puts_them_back(setup):
+def test_between_samples_no_hook_sits_on_a_watched_layer_and_the_next_forward_puts_them_back(setup, monkeypatch):
     model, engine, events = setup
+    now = fake_engine_clock(monkeypatch)  # a loaded machine's slow step must not make a sample due
     layers = ["stem", "layer1.0", "fc1", "fc2"]
     req(engine, "watch", layers=layers, rateHz=4.0)  # the panel's rate: a sample every 250 ms
     assert all(model.get_submodule(name)._forward_hooks for name in layers), "armed: the first forward samples"
@@ -114,7 +115,7 @@ def test_between_samples_no_hook_sits_on_a_watched_layer_and_the_next_forward_pu
     assert not any(model.get_submodule(name)._forward_hooks for name in layers), "sampled: off until due"
     step(model, 1)  # not due yet: no summary
     assert len([e for e in events if e["type"] == "summaries" and e["phase"] == "forward"]) == len(layers)
-    wait_until_a_sample_is_due(engine)
+    now[0] += 0.3  # a sample is due
     step(model, 2)  # the root's forward-pre puts the hooks back before the layers run
     forward = [e["layer"] for e in events if e["type"] == "summaries" and e["phase"] == "forward"]
     assert sorted(forward) == sorted(layers * 2)

@@ -93,23 +93,29 @@ def test_layer_breakpoints_pause_in_the_layer_and_leave_no_hook(tmp_path, plain_
         session.close()
 
 
-@pytest.mark.parametrize("script, args, layer, phase, call", [
+@pytest.mark.parametrize("script, args, layer, phase, line_text, frame_name, op", [
     (ROOT / "examples" / "nan.py", ["--steps", "10"], "head.standardize", "forward",
-     "return self.out(self.standardize(x))"),
+     "return (x - x.mean(dim=0)) / x.std(dim=0)", "Standardize.forward · Tensor.div → NaN/Inf", "Tensor.div"),
     (FIXTURES / "nan_backward.py", ["--steps", "4"], "sqrt", "backward",
-     "return self.fc(self.sqrt(self.soft(self.scale(x))))"),
+     "return torch.sqrt(x)", "Sqrt.forward · torch.sqrt → NaN/Inf", "SqrtBackward0"),
 ], ids=["forward", "backward"])
-def test_break_on_nonfinite_names_the_first_producing_layer(script, args, layer, phase, call):
+def test_break_on_nonfinite_stops_at_the_op_that_made_it(script, args, layer, phase, line_text, frame_name, op):
     session = DebugSession(script, args)
     try:
         conn = session.start(lambda c: c.request("setBreakOnNonFinite", enabled=True))
         hit = conn.wait_event("hit", timeout=DEADLINE)
         assert (hit["breakpoint"], hit["layer"], hit["phase"]) == ("nonfinite", layer, phase)
         assert hit["origin"] == "born here"
+        assert op in hit["reason"], hit["reason"]
         thread_id, frame = session.stopped()
-        call_line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if call in text)
-        session.assert_shown_in_user_code(thread_id, frame, f"{layer} · {phase}", script, call_line)
+        line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if line_text in text)
+        # The stop is at the line whose op made the first NaN/Inf (for a backward one: the line
+        # of the forward op whose backward did), with that frame's locals and the layer's values.
+        session.assert_shown_in_user_code(thread_id, frame, frame_name, script, line)
+        names = set(session.dap.frame_variables(frame["id"]))
+        assert {"self", "x", "layer", "nan_origin", "reason"} <= names, names
         assert session.dap.evaluate("layer", frame["id"]) == repr(layer)
+        assert session.dap.evaluate("bool(torch.isfinite(x).all())", frame["id"]) == "True"
         session.resume(thread_id)
         assert session.continue_until_exit() == 0
     finally:
