@@ -217,7 +217,7 @@ class Printer:
     def hit(self, number: int, hit: dict[str, Any], model_name: str | None, pid: int | None = None,
             rank: int | None = None, world_size: int | None = None) -> None:
         fields = {k: hit.get(k) for k in ("breakpoint", "model", "layer", "phase", "reason", "step",
-                                         "origin", "summaries", "pausing")}
+                                         "origin", "summaries", "pausing", "op")}
         if self.as_json:
             self.event("hit", number=number, pid=pid, rank=rank, worldSize=world_size, **fields)
             return
@@ -225,6 +225,9 @@ class Printer:
         process = f", rank {rank} of {world_size}" if world_size and world_size > 1 else ""
         lines = [f"hookscope: hit {number} at {where}  [{hit['phase']}, step {hit['step']}{process}]",
                  f"  reason: {hit['reason']}" + (f" ({hit['origin']})" if hit.get("origin") else "")]
+        op = hit.get("op")
+        if op and op.get("file"):
+            lines.append(f"  born at: {op['file']}:{op['line']} in {op.get('function')} ({op.get('op')})")
         rows = [list(SUMMARY_COLUMNS)] + [summary_cells(s) for s in hit.get("summaries") or []]
         widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
         keep = [i for i in range(len(SUMMARY_COLUMNS)) if any(row[i] for row in rows[1:])] or [0]

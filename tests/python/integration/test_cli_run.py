@@ -66,4 +66,9 @@ def test_break_on_nonfinite_names_the_planted_layer(tmp_path):
     first = hits[0]
     assert (first["breakpoint"], first["layer"], first["pausing"]) == ("nonfinite", "head.standardize", True)
     assert first["origin"] == "born here"
+    # The op and the line where the NaN was born: Standardize.forward's division.
+    nan_py = ROOT / "examples" / "nan.py"
+    line = next(n for n, text in enumerate(nan_py.read_text().splitlines(), 1) if "/ x.std(dim=0)" in text)
+    assert (first["op"]["op"], first["op"]["file"], first["op"]["line"]) == ("Tensor.div", str(nan_py), line)
+    assert first["op"]["function"].endswith("Standardize.forward")
     assert events[-1]["event"] == "exited", events[-3:]
