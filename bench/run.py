@@ -35,7 +35,7 @@ from hookscope.editor_link import EditorLink  # noqa: E402
 
 from configs import SIDE_BY_SIDE, requests_for  # noqa: E402
 
-MODELS = ["cnn", "transformer", "resnet18", "stack10", "stack100", "stack1000"]
+MODELS = ["cnn", "transformer", "gpt", "resnet18", "stack10", "stack100", "stack1000"]
 HOOKSCOPE_MODES = {
     "hookscope-idle": "Hookscope connected, nothing watched",
     "hookscope-nonfinite": "Hookscope break on NaN/Inf, all layers",

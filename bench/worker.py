@@ -81,7 +81,7 @@ def one_configuration(built: dict, args: argparse.Namespace, sync) -> dict[str, 
     """Median step time per model, in whatever configuration this process runs."""
     results: dict[str, dict] = {}
     for name, (model, batch, loss_fn) in built.items():
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        optimizer = models.optimizer_for(name, model)
         if args.mode == "hf":
             from transformers.debug_utils import DebugUnderflowOverflow
             DebugUnderflowOverflow(model)
@@ -155,7 +155,7 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
     for name, (model, batch, loss_fn) in built.items():
         model_id = engine.model_id_of(model)
         layers = [n for n, _ in model.named_modules() if n]
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        optimizer = models.optimizer_for(name, model)
 
         def step() -> float:
             return timed_step(model, batch, loss_fn, optimizer, sync)
