@@ -25,12 +25,14 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from hookscope import copy_safety, protocol, stop, summaries
+from hookscope import copy_safety, protocol, render_subject, stop, summaries
 from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
 from hookscope.conditions import REPLAY, HookEvent
+from hookscope.kept_outputs import BreakpointOutputs, Kept, keep_call
 from hookscope.leaf_hooks import LeafHooks
 from hookscope.nonfinite import NonFiniteWatch
 from hookscope.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
+from hookscope.render_subject import Subject
 from hookscope.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, SummaryBudget
 
 log = logging.getLogger("hookscope")
@@ -113,7 +115,10 @@ class Engine:
         self._watches: dict[tuple[str, str], _LayerWatch] = {}
         self._captures: dict[tuple[str, str], _LayerWatch] = {}
         self._last: dict[tuple[str, str], dict[str, Any]] = {}
-        self._last_output: dict[tuple[str, str], Any] = {}
+        self._last_output: dict[tuple[str, str], Kept] = {}
+        """The last call of each layer the panel renders (kept by its watch or a render capture)."""
+        self._bp_outputs = BreakpointOutputs(self._step_of)
+        """The last call of each layer that has a breakpoint: images at every stop."""
         self._arm_at = math.inf
         """When the earliest disarmed watch or capture is due again."""
         self._sample_rounds: dict[tuple[str, float], _SampleRound] = {}
@@ -193,6 +198,7 @@ class Engine:
         specs = request.get("breakpoints") or []
         with self._lock:
             resolved = self._breakpoints.set(list(specs), dict(self._indexes))
+            self._sync_breakpoint_outputs()
             self._sync_root_hooks()
         for entry in resolved:
             if entry.get("error"):
@@ -234,7 +240,22 @@ class Engine:
 
     def _reinstall_breakpoints(self) -> list[dict[str, Any]]:
         specs = [self._spec_as_raw(bp) for bp in self._breakpoints.breakpoints]
-        return self._breakpoints.set(specs, dict(self._indexes))
+        resolved = self._breakpoints.set(specs, dict(self._indexes))
+        self._sync_breakpoint_outputs()
+        return resolved
+
+    def _sync_breakpoint_outputs(self) -> None:
+        """Keep the last output of exactly the layers an enabled breakpoint is installed on."""
+        wanted: dict[tuple[str, str], nn.Module] = {}
+        for bp in self._breakpoints.breakpoints:
+            if not bp.handles:
+                continue
+            for model_id, name in bp.layers:
+                index = self._indexes.get(model_id)
+                module = index.modules().get(name) if index is not None else None
+                if module is not None:
+                    wanted[(model_id, name)] = module
+        self._bp_outputs.sync(wanted)
 
     @staticmethod
     def _spec_as_raw(bp: Breakpoint) -> dict[str, Any]:
@@ -372,33 +393,37 @@ class Engine:
         options = dict(request.get("options") or {})
         model_id = self._model_id(request.get("model"))
         index = self._indexes[model_id]
+        paused = self._paused
         if view == "gradientFlow":
             model = index.model
             if model is None:
                 raise ProtocolError(ERR_NOT_AVAILABLE, f"model {model_id} is gone")
             image = visuals.gradient_flow(list(model.named_parameters()), **options)
+            about = {"layer": "", "tensor": "parameter gradients", "step": self._step_of(model_id),
+                     "phase": paused.get("phase", "") if paused else ""}
         elif view in ("featureMap", "histogram", "tensor", "attention"):
             layer = request.get("layer")
             if not isinstance(layer, str):
                 raise ProtocolError(ERR_BAD_MESSAGE, f"render {view} needs a 'layer'")
-            output = self._output_for_render(model_id, layer)
-            if view == "featureMap":
-                image = visuals.feature_map(summaries_first_tensor(output), **options)
-            elif view == "histogram":
-                image = visuals.histogram(summaries_first_tensor(output), **options)
-            elif view == "tensor":
-                image = visuals.tensor_image(summaries_first_tensor(output), **options)
+            module = self._module(model_id, layer)
+            if view == "attention":
+                subject = self._attention_subject(visuals, model_id, layer, module)
+                image = visuals.attention_map(subject.tensor, **options)
             else:
-                weights = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
-                if not isinstance(weights, torch.Tensor):
-                    raise ProtocolError(ERR_NOT_AVAILABLE, f"{layer} returned no attention weights "
-                                        "(nn.MultiheadAttention needs need_weights=True)")
-                image = visuals.attention_map(weights.detach(), **options)
+                subject = self._render_subject(model_id, layer, module, request.get("tensor"))
+                draw = {"featureMap": visuals.feature_map, "histogram": visuals.histogram,
+                        "tensor": visuals.tensor_image}[view]
+                image = draw(subject.tensor, **options)
+            about = subject.meta()
         elif view == "gradCam":
             image = self._grad_cam(visuals, model_id, request.get("layer"), options)
+            about = {"layer": request.get("layer"), "tensor": "Grad-CAM", "step": self._step_of(model_id),
+                     "phase": paused.get("phase", "") if paused else ""}
         else:
             raise ProtocolError(ERR_BAD_MESSAGE, f"unknown view {str(view)[:32]!r}")
-        return {"png": image.png, "width": image.width, "height": image.height, "meta": image.meta}
+        meta = dict(image.meta)
+        meta["of"] = about  # what the image is of: the panel's caption
+        return {"png": image.png, "width": image.width, "height": image.height, "meta": meta}
 
     def _req_inspectValue(self, request: dict) -> dict:
         if request.get("handle") is not None:
@@ -439,6 +464,7 @@ class Engine:
         """Remove every hook Hookscope added; returns how many."""
         with self._lock:
             removed = self._breakpoints.clear()
+            removed += self._bp_outputs.clear()
             removed += self._nonfinite.clear()
             self._nonfinite_enabled = False
             for store in (self._watches, self._captures):
@@ -467,7 +493,8 @@ class Engine:
     def hook_count(self) -> int:
         """Hooks installed right now (for tests and the inventory)."""
         with self._lock:
-            return (self._breakpoints.hook_count + self._nonfinite.hook_count + len(self._root_handles)
+            return (self._breakpoints.hook_count + self._bp_outputs.hook_count + self._nonfinite.hook_count
+                    + len(self._root_handles)
                     + sum(w.handle is not None for w in self._watches.values())
                     + sum(w.handle is not None for w in self._captures.values())
                     + sum(len(h) for h in self._shape_handles.values()))
@@ -547,18 +574,18 @@ class Engine:
     def _watch_hook(self, watch: _LayerWatch) -> Callable[..., None]:
         key = (watch.model, watch.layer)
 
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
             if REPLAY.depth or not watch.active:  # armed means due: _arm_due decided
                 return
             started = time.perf_counter()  # the budget counts the whole sample, hook removal included
             watch.next_due = self._next_sample_at(watch)
             self._disarm(watch)
             try:
+                step = self._step_of(watch.model)
                 if watch.keep_output:
-                    self._last_output[key] = _detached(output)
+                    self._last_output[key] = keep_call(module, args, kwargs, output, step)
                 if key not in self._watches:
                     return  # a render capture only
-                step = self._step_of(watch.model)
                 tensors = summaries.summarize_many(list(summaries.iter_tensors(args, "inputs"))
                                                    + list(summaries.iter_tensors(output, "output")))
                 self._last[key] = {"step": step, "tensors": tensors}
@@ -615,7 +642,8 @@ class Engine:
 
     def _arm(self, watch: _LayerWatch) -> None:
         if watch.handle is None and watch.active:
-            watch.handle = watch.module.register_forward_hook(self._watch_hook(watch))
+            # with_kwargs: an attention layer's masks come by keyword (kept with its call for the panel)
+            watch.handle = watch.module.register_forward_hook(self._watch_hook(watch), with_kwargs=True)
 
     def _disarm(self, watch: _LayerWatch) -> None:
         """Off the layer until it is due again (safe inside the hook: torch iterates over a copy)."""
@@ -668,12 +696,66 @@ class Engine:
         watch.handle = None
         return 1
 
-    def _output_for_render(self, model_id: str, layer: str) -> Any:
+    def _render_subject(self, model_id: str, layer: str, module: nn.Module, selector: Any) -> Subject:
+        """The tensor a render names: from the stop's locals when paused in this layer, else (the
+        output) from the layer's last kept call. At a stop it is of that stop's step or not shown."""
+        base, selector = render_subject.parse(selector)
         paused = self._paused
-        if paused is not None and paused.get("layer") == layer and paused.get("output") is not None:
-            return paused["output"]
+        here = render_subject.paused_at(paused, layer, module)
+        if here:
+            assert paused is not None
+            found = render_subject.at_stop(paused, layer, base, selector)
+            if found is not None:
+                return found
+        if base != "output":
+            where = "at this stop" if here else f"(it is known only while paused in {layer})"
+            raise ProtocolError(ERR_NOT_AVAILABLE, f"{layer} has no {selector} {where}")
+        stop_step = paused["step"] if here and paused is not None else None
+        kept = self._kept_call(model_id, layer, module)
+        if kept is None or (stop_step is not None and kept.step != stop_step):
+            raise self._not_kept(model_id, layer, stop_step)
+        subject = render_subject.from_kept(kept, layer, selector)
+        if subject is None:
+            raise ProtocolError(ERR_NOT_AVAILABLE, f"the output of {layer} has no tensor {selector}")
+        return subject
+
+    def _attention_subject(self, visuals: Any, model_id: str, layer: str, module: nn.Module) -> Subject:
+        """Attention weights of ``layer``: those it returned, or for an ``nn.MultiheadAttention``
+        called with ``need_weights=False`` recomputed from its kept call; another module's output
+        (a hand-written softmax) is taken as the weights."""
+        paused = self._paused
+        here = render_subject.paused_at(paused, layer, module)
+        stop_step = paused["step"] if here and paused is not None else None
+        kept = self._kept_call(model_id, layer, module)
+        if kept is not None and stop_step is not None and kept.step != stop_step:
+            kept = None  # another step's call: not this stop's
+        output = paused.get("output") if here and paused is not None else None
+        step, phase = int(stop_step or 0), str(paused.get("phase", "")) if paused else ""
+        if output is None and kept is not None:
+            output, step, phase = kept.output, kept.step, "forward"
+        weights = render_subject.returned_weights(output)
+        if weights is not None:
+            return Subject(weights, layer, "output[1]", step, phase)
+        if isinstance(module, nn.MultiheadAttention):
+            if kept is not None and kept.call is not None:
+                args, kwargs = kept.call
+                weights = visuals.mha_weights(module, args, kwargs)
+                return Subject(weights, layer, "attention weights", kept.step, "forward",
+                               "recomputed from the call's inputs (the model asked for need_weights=False)")
+        elif isinstance(output, torch.Tensor) and output.dim() >= 2:
+            return Subject(output.detach(), layer, "output", step, phase)
+        if kept is None and output is None:
+            raise self._not_kept(model_id, layer, stop_step)
+        raise ProtocolError(ERR_NOT_AVAILABLE, f"{layer} returned no attention weights and is not an "
+                            "nn.MultiheadAttention (pick the module that outputs the softmax)")
+
+    def _kept_call(self, model_id: str, layer: str, module: nn.Module) -> Kept | None:
+        """The layer's last kept call: its breakpoint's, else its watch's or a render capture's (a
+        layer without either is captured from its next forward pass on)."""
+        kept = self._bp_outputs.get(model_id, layer)
+        if kept is not None or (model_id, layer) in self._bp_outputs.layers():
+            return kept
         key = (model_id, layer)
-        module = self._module(model_id, layer)
         with self._lock:
             self._keep_rendered(key)
             if key in self._last_output:
@@ -686,8 +768,25 @@ class Engine:
                 capture = _LayerWatch(model_id, layer, module, 1.0 / DEFAULT_RATE_HZ, keep_output=True)
                 self._arm(capture)
                 self._captures[key] = capture
-        raise ProtocolError(ERR_NOT_AVAILABLE, f"no output of {layer} captured yet: it will be kept from "
-                            "the next forward pass on")
+        return None
+
+    def _not_kept(self, model_id: str, layer: str, stop_step: int | None) -> ProtocolError:
+        """Why there is no output of ``layer`` to show (at a stop: none of the stop's step)."""
+        has_breakpoint = (model_id, layer) in self._bp_outputs.layers()
+        size = self._bp_outputs.too_large(model_id, layer)
+        if size is not None:
+            message = (f"the output of {layer} ({size / 2**20:.0f} MiB) is larger than Hookscope keeps for "
+                       f"images ({self._bp_outputs.max_bytes / 2**20:.0f} MiB)")
+        elif stop_step is not None:
+            message = f"no forward of {layer} was seen in step {stop_step}"
+            if not has_breakpoint:
+                message += (": Hookscope keeps the outputs of layers with a breakpoint (and of the layer the "
+                            "panel shows, from its next forward pass on)")
+        elif has_breakpoint:
+            message = f"{layer} has not run yet"
+        else:
+            message = f"no output of {layer} kept yet: it will be kept from the next forward pass on"
+        return ProtocolError(ERR_NOT_AVAILABLE, message)
 
     def _keep_rendered(self, key: tuple[str, str]) -> None:
         """Note a render of ``key``; the layer rendered longest ago beyond the kept few stops keeping outputs."""
@@ -892,17 +991,6 @@ def _input_signature(args: tuple) -> tuple:
         if isinstance(arg, torch.Tensor):
             shapes.append(tuple(arg.shape))
     return tuple(shapes)
-
-
-def _detached(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    if isinstance(value, (tuple, list)):
-        return type(value)(_detached(v) for v in value) if isinstance(value, list) else tuple(
-            _detached(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _detached(v) for k, v in value.items()}
-    return value
 
 
 def _event_tensors(event: HookEvent) -> list[tuple[str, torch.Tensor]]:

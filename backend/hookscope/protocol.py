@@ -220,11 +220,15 @@ MESSAGES: tuple[Message, ...] = (
         _f("layer", "str", "qualified module name", True),
         _f("model", "str", "model id", True),
         _f("options", "map", "view-specific options (channel page, batch item, colormap, target class...)", True),
+        _f("tensor", "str", "which tensor of the layer (featureMap, histogram, tensor): 'output' (default), "
+           "'inputs', 'grad_output', 'grad_input' (those three at a stop in the layer) or 'grad' (a parameter "
+           "gradient stop), optionally indexed: 'grad_output[0]'", True),
     ), (
         _f("png", "bin", "the PNG bytes"),
         _f("width", "int", "pixels"),
         _f("height", "int", "pixels"),
-        _f("meta", "map", "what the image shows: value range, channel order, NaN/Inf counts..."),
+        _f("meta", "map", "what the image shows: value range, channel order, NaN/Inf counts...; "
+           "meta.of = {layer, tensor, step, phase, note?}: what the image is of"),
     )),
     Message("addIntervention", "request", "toBackend",
             "Change a layer's activations without editing code.", (

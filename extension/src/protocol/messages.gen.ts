@@ -402,6 +402,8 @@ export interface RenderRequest {
   model?: string;
   /** view-specific options (channel page, batch item, colormap, target class...) */
   options?: Record<string, unknown>;
+  /** which tensor of the layer (featureMap, histogram, tensor): 'output' (default), 'inputs', 'grad_output', 'grad_input' (those three at a stop in the layer) or 'grad' (a parameter gradient stop), optionally indexed: 'grad_output[0]' */
+  tensor?: string;
 }
 
 /** Reply body of render. */
@@ -412,7 +414,7 @@ export interface RenderResult {
   width: number;
   /** pixels */
   height: number;
-  /** what the image shows: value range, channel order, NaN/Inf counts... */
+  /** what the image shows: value range, channel order, NaN/Inf counts...; meta.of = {layer, tensor, step, phase, note?}: what the image is of */
   meta: Record<string, unknown>;
 }
 
@@ -564,7 +566,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   getParamGrads: { kind: 'request', direction: 'toBackend', fields: [{ name: 'model', type: 'str', optional: true }] },
   listHooks: { kind: 'request', direction: 'toBackend', fields: [{ name: 'model', type: 'str', optional: true }] },
   removeHooks: { kind: 'request', direction: 'toBackend', fields: [] },
-  render: { kind: 'request', direction: 'toBackend', fields: [{ name: 'view', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: true }, { name: 'model', type: 'str', optional: true }, { name: 'options', type: 'map', optional: true }] },
+  render: { kind: 'request', direction: 'toBackend', fields: [{ name: 'view', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: true }, { name: 'model', type: 'str', optional: true }, { name: 'options', type: 'map', optional: true }, { name: 'tensor', type: 'str', optional: true }] },
   addIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layer', type: 'str', optional: false }, { name: 'kind', type: 'str', optional: false }, { name: 'model', type: 'str', optional: true }, { name: 'channels', type: 'list', optional: true }, { name: 'value', type: 'float', optional: true }] },
   removeIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'intervention', type: 'str', optional: true }] },
   listInterventions: { kind: 'request', direction: 'toBackend', fields: [] },
