@@ -201,6 +201,7 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
       editor.revealRange(new vscode.Range(pos, pos), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
     }),
     cmd(Commands.showTensors, () => tensors.reveal()),
+    cmd(Commands.openTensorsInEditor, () => tensors.openInEditor()),
     cmd(Commands.revealLayer, async (arg) => {
       const node = isLayerNode(arg) ? arg : await pickModule('Reveal which layer in the editor?');
       if (!node) return;

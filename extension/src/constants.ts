@@ -18,6 +18,7 @@ export const Commands = {
   removeAllLayerBreakpoints: 'hookscope.removeAllLayerBreakpoints',
   revealBreakpoint: 'hookscope.revealBreakpoint',
   showTensors: 'hookscope.showTensors',
+  openTensorsInEditor: 'hookscope.openTensorsInEditor',
   revealLayer: 'hookscope.revealLayer',
   removeAllHooks: 'hookscope.removeAllHooks',
   listHooks: 'hookscope.listHooks',

@@ -1,16 +1,20 @@
 // The Tensors panel front end: draws the view model the host posts (header, summary table
 // with histograms, interventions) and the visual section (feature maps, attention, Grad-CAM,
-// gradient flow, histograms) whose images it asks the host to render. Elements carry
-// `data-testid` attributes that the end-to-end tests rely on (see extension/README-dev.md).
-// Built by esbuild into dist/webview.js; all DOM is made with createElement (the CSP allows
-// no inline script or style).
+// gradient flow, histograms) whose images it asks the host to render. The same page runs in
+// the side bar's view and in the editor-area panel. Pictures are of the layer and stop shown:
+// they are cleared the moment either changes, and a late reply for an earlier one is dropped.
+// Elements carry `data-testid` attributes that the end-to-end tests rely on (see
+// extension/README-dev.md). Built by esbuild into dist/webview.js; all DOM is made with
+// createElement (the CSP allows no inline script or style).
 
 import './styles.css';
-import type { TensorSummary } from '../src/protocol/messages.gen';
-import type { FromWebview, PanelView, ToWebview, VisualKind } from '../src/protocol/webview';
-import { formatNonFinite, formatNumber, formatPercent, formatShape, hasNonFinite, parseChannels } from './format';
-import { histOf, histogramBars } from './histogram';
-import { channelAt, initialUiState, pageCount, renderOptions, uiReducer, type UiAction, type UiState } from './state';
+import type { FromWebview, PanelFigure, PanelView, ToWebview, VisualKind } from '../src/protocol/webview';
+import { parseChannels } from './format';
+import { Figures, type ShownImage } from './figures';
+import {
+  channelAt, figureTensors, initialUiState, pageCount, pictureKey, renderOptions, uiReducer, type UiAction, type UiState,
+} from './state';
+import { tableHead, tensorRow } from './table';
 import { isInspectToWebview, type InspectFromWebview, type InspectToWebview } from '../src/views/inspectProtocol';
 import { InspectView } from './inspectView';
 
@@ -22,7 +26,6 @@ interface VsCodeApi {
 declare function acquireVsCodeApi(): VsCodeApi;
 
 const vscode = acquireVsCodeApi();
-const SVG_NS = 'http://www.w3.org/2000/svg';
 /** While the program runs, images refresh at most this often (rendering costs the debuggee time). */
 const LIVE_RENDER_INTERVAL_MS = 1000;
 
@@ -30,11 +33,14 @@ let ui: UiState = { ...initialUiState(), ...((vscode.getState() as { ui?: UiStat
 let view: PanelView | undefined;
 let lastRenderedRevision = -1;
 let lastTargetKey = '';
+/** What the pictures on screen are of (state.ts pictureKey). */
+let shownKey = '';
 let renderSeq = 0;
-let renderInFlight = false;
+/** The request in flight: its number and what it was for (a reply for anything else is dropped). */
+let pending: { seq: number; key: string } | undefined;
 let renderQueued = false;
 let lastRenderAt = 0;
-let lastImage: { seq: number; meta: Record<string, unknown>; width: number; height: number } | undefined;
+const figures = new Figures(onImageClick);
 
 function post(message: FromWebview): void {
   vscode.postMessage(message);
@@ -47,6 +53,7 @@ function dispatch(action: UiAction, rerender = true): void {
   ui = uiReducer(ui, action);
   vscode.setState({ ui });
   drawVisualControls();
+  syncPictures();
   if (rerender) requestRender(true);
 }
 
@@ -84,10 +91,9 @@ function buildLayout(): void {
       el('button', { class: 'toggle', 'data-testid': 'break-nonfinite', title: 'Pause at the first layer that produces NaN/Inf' })),
     el('section', { class: 'notices', 'data-testid': 'notices' }),
     inspectView.element,
-    el('section', { class: 'tensors' },
+    el('section', { class: 'tensors', 'data-testid': 'tensors-section' },
       el('table', { class: 'tensor-table', 'data-testid': 'tensor-table' },
-        el('thead', {}, el('tr', {}, ...['tensor', 'shape', 'dtype', 'device', 'mean', 'std', 'min', 'max', 'NaN/Inf', 'zeros', 'norm', 'histogram']
-          .map((h) => el('th', { text: h })))),
+        tableHead(),
         el('tbody', { 'data-testid': 'tensor-rows' })),
       el('div', { class: 'empty', 'data-testid': 'tensor-empty' })),
     buildVisualSection(),
@@ -133,18 +139,6 @@ function buildVisualSection(): HTMLElement {
   const save = el('button', { 'data-testid': 'save-png', title: 'Save the image as a PNG file', text: 'Save PNG' });
   save.addEventListener('click', () => post({ type: 'savePng' }));
 
-  const image = el('img', { 'data-testid': 'render-image', alt: '' });
-  image.addEventListener('click', (ev) => {
-    if (ui.visual !== 'featureMap' || !lastImage) return;
-    if (ui.enlarged !== undefined) {
-      dispatch({ type: 'enlarge', channel: undefined });
-      return;
-    }
-    const rect = image.getBoundingClientRect();
-    const channel = channelAt(lastImage.meta, ev.clientX - rect.left, ev.clientY - rect.top, rect.width, rect.height);
-    if (channel !== undefined) dispatch({ type: 'enlarge', channel });
-  });
-
   return el('section', { class: 'visual', 'data-testid': 'visual-section' },
     el('div', { class: 'controls' },
       select,
@@ -158,9 +152,18 @@ function buildVisualSection(): HTMLElement {
       el('span', { class: 'opts', 'data-opts': 'histogram' }, el('label', {}, logScale, ' log scale')),
       refresh, save),
     el('div', { class: 'enlarged', 'data-testid': 'enlarged-channel' }),
-    el('div', { class: 'image-box' }, image),
-    el('div', { class: 'meta', 'data-testid': 'render-meta' }),
-    el('div', { class: 'error', 'data-testid': 'render-error' }));
+    el('div', { class: 'image-box' }, figures.element));
+}
+
+/** A click on a feature map: enlarge the channel under it, or go back to the grid. */
+function onImageClick(image: ShownImage, x: number, y: number, width: number, height: number): void {
+  if (ui.visual !== 'featureMap') return;
+  if (ui.enlarged !== undefined) {
+    dispatch({ type: 'enlarge', channel: undefined });
+    return;
+  }
+  const channel = channelAt(image.meta, x, y, width, height);
+  if (channel !== undefined) dispatch({ type: 'enlarge', channel });
 }
 
 function buildInterventionSection(): HTMLElement {
@@ -245,48 +248,6 @@ function drawView(v: PanelView): void {
   }
 }
 
-function tensorRow(t: TensorSummary): HTMLTableRowElement {
-  const bad = hasNonFinite(t);
-  const cells: [string, string][] = [
-    ['path', t.path], ['shape', formatShape(t.shape ?? [])], ['dtype', t.dtype], ['device', t.device],
-    ['mean', formatNumber(t.mean)], ['std', formatNumber(t.std)], ['min', formatNumber(t.min)], ['max', formatNumber(t.max)],
-    ['nonfinite', formatNonFinite(t)], ['zeros', formatPercent(t.zeroFrac)], ['norm', formatNumber(t.norm)],
-  ];
-  const row = el('tr', { 'data-testid': 'tensor-row', 'data-path': t.path, class: bad ? 'nonfinite' : '' },
-    ...cells.map(([col, text]) => el('td', { 'data-col': col, text })));
-  if (t.note) row.title = t.note;
-  if (t.sampled) row.classList.add('sampled');
-  const histCell = el('td', { 'data-col': 'hist' });
-  const hist = histOf(t.hist);
-  if (hist) histCell.append(histogramSvg(hist));
-  row.append(histCell);
-  return row;
-}
-
-function histogramSvg(hist: { lo: number; hi: number; counts: number[] }): SVGSVGElement {
-  const width = 120;
-  const height = 28;
-  const svg = document.createElementNS(SVG_NS, 'svg');
-  svg.setAttribute('width', String(width));
-  svg.setAttribute('height', String(height));
-  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
-  svg.setAttribute('data-testid', 'tensor-hist');
-  svg.setAttribute('class', 'hist');
-  const title = document.createElementNS(SVG_NS, 'title');
-  title.textContent = `${formatNumber(hist.lo)} … ${formatNumber(hist.hi)} (${hist.counts.length} bins)`;
-  svg.append(title);
-  for (const bar of histogramBars(hist.counts, width, height)) {
-    if (bar.height <= 0) continue;
-    const rect = document.createElementNS(SVG_NS, 'rect');
-    rect.setAttribute('x', bar.x.toFixed(2));
-    rect.setAttribute('y', bar.y.toFixed(2));
-    rect.setAttribute('width', bar.width.toFixed(2));
-    rect.setAttribute('height', bar.height.toFixed(2));
-    svg.append(rect);
-  }
-  return svg;
-}
-
 function drawVisualControls(): void {
   byTestId<HTMLSelectElement>('visual-select').value = ui.visual;
   for (const span of document.querySelectorAll<HTMLElement>('[data-opts]')) {
@@ -301,17 +262,26 @@ function drawVisualControls(): void {
 }
 
 function pagesFromMeta(): number | undefined {
-  const meta = lastImage?.meta;
+  const meta = figures.first?.meta;
   if (typeof meta?.pages === 'number') return meta.pages;
   return typeof meta?.totalChannels === 'number' ? pageCount(meta.totalChannels) : undefined;
 }
 
 // ---- rendering requests ----------------------------------------------------------------
 
+/** Clear the pictures when what they are of changed (another layer or stop, the session ended,
+ * another visual): a stale picture never stays on screen under a new headline. */
+function syncPictures(): void {
+  const key = pictureKey(ui.visual, view);
+  if (key === shownKey) return;
+  shownKey = key;
+  figures.clear(key && ui.showVisual ? 'Rendering…' : '');
+}
+
 /** Ask the host for the current visual; at most one request in flight, live refreshes throttled. */
 function requestRender(force: boolean): void {
   if (!view?.target || !ui.showVisual) return;
-  if (renderInFlight) {
+  if (pending) {
     renderQueued = true;
     return;
   }
@@ -320,28 +290,22 @@ function requestRender(force: boolean): void {
     setTimeout(() => requestRender(false), LIVE_RENDER_INTERVAL_MS - (now - lastRenderAt));
     return;
   }
-  renderInFlight = true;
   renderQueued = false;
   lastRenderAt = now;
   renderSeq += 1;
-  byTestId('render-error').textContent = '';
-  post({ type: 'render', seq: renderSeq, visual: ui.visual, options: renderOptions(ui) });
+  pending = { seq: renderSeq, key: pictureKey(ui.visual, view) };
+  post({ type: 'render', seq: renderSeq, visual: ui.visual, options: renderOptions(ui), tensors: figureTensors(ui.visual, view) });
 }
 
-function onImageDone(): void {
-  renderInFlight = false;
-  if (renderQueued) requestRender(true);
-}
-
-function formatMeta(meta: Record<string, unknown>): string {
-  const parts: string[] = [];
-  for (const [k, v] of Object.entries(meta)) {
-    if (Array.isArray(v) && v.length > 8) continue;
-    if (v === null || typeof v === 'object' && !Array.isArray(v)) continue;
-    parts.push(`${k}: ${Array.isArray(v) ? v.map((x) => (typeof x === 'number' ? formatNumber(x) : String(x))).join(', ')
-      : typeof v === 'number' ? formatNumber(v) : String(v)}`);
+function onImages(seq: number, visual: VisualKind, shown: PanelFigure[]): void {
+  if (!pending || seq !== pending.seq) return; // an older request
+  const current = pending.key === pictureKey(ui.visual, view) && visual === ui.visual;
+  pending = undefined;
+  if (current) {
+    figures.show(visual, shown);
+    drawVisualControls();
   }
-  return parts.join(' · ');
+  if (renderQueued || !current) requestRender(true);
 }
 
 window.addEventListener('message', (event: MessageEvent<ToWebview | InspectToWebview>) => {
@@ -359,32 +323,18 @@ window.addEventListener('message', (event: MessageEvent<ToWebview | InspectToWeb
         lastTargetKey = targetKey;
         if (targetKey) dispatch({ type: 'layerChanged' }, false);
       }
+      syncPictures();
       if (view.revision !== lastRenderedRevision) {
         lastRenderedRevision = view.revision;
         requestRender(view.status === 'paused');
       }
       return;
     }
-    case 'image': {
-      if (msg.seq !== renderSeq) return; // an older request
-      const img = byTestId<HTMLImageElement>('render-image');
-      img.src = msg.dataUrl;
-      img.dataset.visual = msg.visual;
-      img.dataset.width = String(msg.width);
-      img.dataset.height = String(msg.height);
-      lastImage = { seq: msg.seq, meta: msg.meta, width: msg.width, height: msg.height };
-      byTestId('render-meta').textContent = formatMeta(msg.meta);
-      drawVisualControls();
-      onImageDone();
-      return;
-    }
-    case 'imageError':
-      if (msg.seq !== renderSeq) return;
-      byTestId('render-error').textContent = msg.message;
-      onImageDone();
+    case 'images':
+      onImages(msg.seq, msg.visual, msg.figures);
       return;
     case 'saved':
-      byTestId('render-meta').dataset.saved = msg.path;
+      figures.element.dataset.saved = msg.path;
       return;
   }
 });

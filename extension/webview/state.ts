@@ -1,10 +1,11 @@
 // The webview's own UI state (which visual, its options, the enlarged channel) and the
-// render options it turns into. Persisted with getState/setState. Pure; unit-tested.
+// render options it turns into (persisted with getState/setState); which tensors a view
+// pictures, and what makes pictures stale. Pure; unit-tested.
 // Option names are those of the backend's renderers (hookscope.visuals: feature_map's
 // page/per_page/batch/shared_scale/sort_by_strength/channel, attention_map's head,
 // grad_cam's target, histogram's log), which the engine passes through as keywords.
 
-import type { VisualKind } from '../src/protocol/webview';
+import type { PanelView, VisualKind } from '../src/protocol/webview';
 
 export const CHANNELS_PER_PAGE = 64;
 
@@ -126,4 +127,35 @@ export function channelAt(
   const total = typeof meta.totalChannels === 'number' ? meta.totalChannels : Number.MAX_SAFE_INTEGER;
   const channel = first + index;
   return channel < total ? channel : undefined;
+}
+
+/** What the panel pictures for a view, in order: at a backward stop in the shown layer the gradient
+ * reaching it and its output of the same step; at a parameter-gradient stop the gradient; at a
+ * pre-forward stop the inputs; else the output. Undefined for views of the whole layer or model. */
+export function figureTensors(visual: VisualKind, view: Pick<PanelView, 'stop' | 'target'>): string[] | undefined {
+  if (visual !== 'featureMap' && visual !== 'histogram') return undefined;
+  const { stop, target } = view;
+  if (!stop || !target || stop.processId !== target.processId || stop.model !== target.model || stop.layer !== target.layer) {
+    return ['output'];
+  }
+  switch (stop.phase) {
+    case 'backward':
+      return ['grad_output', 'output'];
+    case 'param_grad':
+      return ['grad'];
+    case 'forward_pre':
+      return ['inputs'];
+    default:
+      return ['output'];
+  }
+}
+
+/** What the pictures on screen are of: when it changes (another layer, another stop, the end of a
+ * session, another visual), they are cleared at once, not left standing until new ones come. */
+export function pictureKey(visual: VisualKind, view: Pick<PanelView, 'stop' | 'target' | 'status'> | undefined): string {
+  const t = view?.target;
+  if (!view || !t || view.status === 'notConnected') return '';
+  const s = view.stop;
+  const moment = s ? `stop:${s.processId}/${s.model}/${s.layer}:${s.phase}:${s.step}:${s.hit}` : 'live';
+  return `${t.processId}/${t.model}/${t.layer}|${moment}|${visual}`;
 }

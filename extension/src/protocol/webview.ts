@@ -1,5 +1,5 @@
 // Messages between the extension host and the Tensors webview (both sides import this file).
-// Host -> webview: the whole panel view model, rendered images, errors.
+// Host -> webview: the whole panel view model, rendered pictures (image, note or error each).
 // Webview -> host: render requests, saving, interventions.
 
 import type { TensorSummary } from './messages.gen';
@@ -27,6 +27,19 @@ export interface PanelIntervention {
 export interface PanelNotice {
   level: 'info' | 'warning' | 'error';
   message: string;
+  /** The debug session of the process it is about (a new session drops the ended ones'). */
+  session?: string;
+}
+
+/** The stop the panel shows (set while a process is paused at a Hookscope hit). */
+export interface PanelStop {
+  processId: string;
+  model: string;
+  layer: string;
+  phase: string;
+  step: number;
+  /** Counts stops: two stops of one layer, phase and step are still two pictures. */
+  hit: number;
 }
 
 /** Everything the panel shows, recomputed by the host on each change. */
@@ -41,6 +54,8 @@ export interface PanelView {
   step?: number;
   /** Set while a process is paused in a layer breakpoint. */
   pausedReason?: string;
+  /** The stop, while paused (its layer may differ from `target` when the user selected another). */
+  stop?: PanelStop;
   tensors: TensorSummary[];
   interventions: PanelIntervention[];
   notices: PanelNotice[];
@@ -50,15 +65,26 @@ export interface PanelView {
   revision: number;
 }
 
+/** One picture of a render: an image (with what it is of in `meta.of`), or why there is none. */
+export interface PanelFigure {
+  /** The tensor asked for ('output', 'grad_output'...; absent for views of the whole layer or model). */
+  tensor?: string;
+  image?: { dataUrl: string; width: number; height: number; meta: Record<string, unknown> };
+  /** Nothing to show, and why ("no forward of X was seen in step 4"): not a failure. */
+  note?: string;
+  /** The render failed: the panel shows this instead of any image. */
+  error?: string;
+}
+
 export type ToWebview =
   | { type: 'view'; view: PanelView }
-  | { type: 'image'; seq: number; visual: VisualKind; dataUrl: string; width: number; height: number; meta: Record<string, unknown> }
-  | { type: 'imageError'; seq: number; visual: VisualKind; message: string }
+  | { type: 'images'; seq: number; visual: VisualKind; figures: PanelFigure[] }
   | { type: 'saved'; path: string };
 
 export type FromWebview =
   | { type: 'ready' }
-  | { type: 'render'; seq: number; visual: VisualKind; options: Record<string, unknown> }
+  /** Render `visual` of the target; `tensors`: one picture each (featureMap, histogram), in order. */
+  | { type: 'render'; seq: number; visual: VisualKind; options: Record<string, unknown>; tensors?: string[] }
   | { type: 'savePng' }
   | { type: 'addIntervention'; kind: string; channels?: number[]; value?: number }
   | { type: 'removeIntervention'; id: string }

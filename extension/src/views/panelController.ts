@@ -2,9 +2,12 @@
 // the `watch` that streams its summaries at a readable rate (only that layer: pay only for
 // what is shown), `getSummaries` on selection, `render` for images and the interventions.
 // Holds the PanelState (panelState.ts) and emits its view. No `vscode` import.
+// Two webviews may show the panel (the side bar and the editor area): the same render asked
+// by both for the same state is one backend request.
 
 import { Emitter } from '../common/events';
 import type { Logger, Tracer } from '../common/logger';
+import { RequestError } from '../backend/connection';
 import type { BackendHub } from '../backend/hub';
 import type { TensorSummary } from '../protocol/messages.gen';
 import type { PanelIntervention, PanelTarget, PanelView, VisualKind } from '../protocol/webview';
@@ -19,6 +22,18 @@ export interface RenderedImage {
   layer: string;
 }
 
+/** One picture of a render: an image, or a note (nothing to show, and why), or an error. */
+export interface RenderedFigure {
+  tensor?: string;
+  image?: RenderedImage;
+  note?: string;
+  error?: string;
+}
+
+/** Views that picture one tensor of the layer: those take `tensors`. */
+const PER_TENSOR_VIEWS: ReadonlySet<VisualKind> = new Set(['featureMap', 'histogram']);
+const MAX_FIGURES = 4;
+
 export class PanelController {
   private state: PanelState = initialPanelState();
   private readonly viewEmitter = new Emitter<PanelView>();
@@ -27,6 +42,8 @@ export class PanelController {
   /** Which layer each process currently streams ("" when none). */
   private readonly watched = new Map<string, string>();
   private readonly subscriptions: { dispose(): void }[] = [];
+  /** Renders of the current state (target, stop, step), shared by the webviews showing the panel. */
+  private readonly renders = new Map<string, Promise<RenderedImage>>();
   lastImage: RenderedImage | undefined;
 
   constructor(
@@ -36,7 +53,9 @@ export class PanelController {
     private readonly rateHz: () => number,
   ) {
     this.subscriptions.push(
-      hub.onDidChangeProcesses(() => this.dispatch({ type: 'processes', processes: hub.processes().map((p) => ({ id: p.id, label: p.label })) })),
+      hub.onDidChangeProcesses(() => this.dispatch({
+        type: 'processes', processes: hub.processes().map((p) => ({ id: p.id, label: p.label, session: p.sessionKey })),
+      })),
       hub.onHit(({ process, hit }) => {
         const cls = process.models.get(hit.model)?.tree.modules.find((m) => m.name === hit.layer)?.cls;
         this.dispatch({ type: 'hit', processId: process.id, processLabel: process.label, hit, cls });
@@ -47,13 +66,13 @@ export class PanelController {
         this.dispatch({ type: 'summaries', processId: process.id, model: event.model, layer: event.layer, phase: event.phase, step: event.step, tensors: event.tensors })),
       hub.onDidChangeInterventions((process) =>
         this.dispatch({ type: 'interventions', processId: process.id, interventions: process.interventions as PanelIntervention[] })),
-      hub.onNotice(({ notice }) => {
+      hub.onNotice(({ process, notice }) => {
         const level = notice.level === 'error' || notice.level === 'warning' ? notice.level : 'info';
-        this.dispatch({ type: 'notice', notice: { level, message: notice.message } });
+        this.dispatch({ type: 'notice', notice: { level, message: notice.message, session: process.sessionKey } });
       }),
       hub.onDidExit(({ process, reason }) => {
         this.watched.delete(process.id);
-        this.dispatch({ type: 'exited', processId: process.id, label: process.label, reason });
+        this.dispatch({ type: 'exited', processId: process.id, label: process.label, reason, session: process.sessionKey });
       }),
       hub.onDidConnect((process) => void hub.refreshInterventions(process.id).catch(() => undefined)),
     );
@@ -114,20 +133,53 @@ export class PanelController {
     }));
   }
 
-  /** Render the current target's image. Throws RequestError with the backend's message on failure. */
-  async render(visual: VisualKind, options: Record<string, unknown>): Promise<RenderedImage> {
+  /**
+   * The pictures of `visual` for the current target: one per tensor asked for (feature maps and
+   * histograms: at a backward stop the gradient and the layer's output), else one. A picture the
+   * backend cannot make yet ('notAvailable') is a note, any other failure an error.
+   */
+  async renderFigures(visual: VisualKind, options: Record<string, unknown>, tensors?: readonly string[]): Promise<RenderedFigure[]> {
+    const wanted: (string | undefined)[] = PER_TENSOR_VIEWS.has(visual) && tensors?.length ? tensors.slice(0, MAX_FIGURES) : [undefined];
+    const figures: RenderedFigure[] = [];
+    for (const tensor of wanted) {
+      try {
+        figures.push({ tensor, image: await this.render(visual, options, tensor) });
+      } catch (err) {
+        const message = (err as Error).message;
+        figures.push(err instanceof RequestError && err.code === 'notAvailable' ? { tensor, note: message } : { tensor, error: message });
+      }
+    }
+    const shown = figures.find((f) => f.image)?.image;
+    if (shown) this.lastImage = shown;
+    return figures;
+  }
+
+  /** Render one image of the current target. Throws RequestError with the backend's message on failure. */
+  async render(visual: VisualKind, options: Record<string, unknown>, tensor?: string): Promise<RenderedImage> {
     const target = this.state.target;
     if (!target) throw new Error('Select a layer in the Layers view first.');
+    const key = JSON.stringify([target.processId, target.model, target.layer, this.state.revision, this.state.hits, visual, tensor ?? null, options]);
+    let pending = this.renders.get(key);
+    if (!pending) {
+      pending = this.requestRender(target, visual, options, tensor);
+      this.renders.set(key, pending);
+      pending.catch(() => this.renders.delete(key)); // a failure is asked again next time
+    }
+    return pending;
+  }
+
+  private async requestRender(target: PanelTarget, visual: VisualKind, options: Record<string, unknown>, tensor?: string): Promise<RenderedImage> {
     const started = Date.now();
     const result = await this.hub.request(target.processId, 'render', {
-      view: visual, layer: target.layer || undefined, model: target.model, options,
+      view: visual, layer: target.layer || undefined, model: target.model, options, tensor,
     }, 60000);
     const image: RenderedImage = {
       visual, png: result.png, width: result.width, height: result.height, meta: result.meta ?? {}, layer: target.layer,
     };
-    this.lastImage = image;
+    const of = (image.meta.of ?? {}) as Record<string, unknown>;
     this.trace.event('render', {
       visual, layer: target.layer, width: image.width, height: image.height, bytes: image.png.byteLength, ms: Date.now() - started,
+      tensor: of.tensor ?? null, step: of.step ?? null, phase: of.phase ?? null,
     });
     return image;
   }
@@ -161,6 +213,7 @@ export class PanelController {
     const before = this.state;
     this.state = panelReducer(this.state, action);
     if (this.state === before) return;
+    if (this.state.revision !== before.revision || this.state.hits !== before.hits) this.renders.clear(); // of another state
     if (action.type !== 'summaries') {
       const v = this.view;
       this.trace.event('panel.state', {

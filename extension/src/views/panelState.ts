@@ -1,15 +1,27 @@
 // The Tensors panel's state on the host side: a pure reducer over what the backend
 // reports (hits, live summaries, replies) plus `panelView`, which derives the header
 // ("Not connected" / "Waiting for the first forward…" / "Paused in layer X (phase)")
-// and the table the webview draws. No `vscode`: unit-tested directly.
+// and the table the webview draws. A new debug session starts clean: the notices of
+// ended sessions go, and none of theirs arrives later. No `vscode`: unit-tested directly.
 
 import type { HitMessage, TensorSummary } from '../protocol/messages.gen';
 import type { PanelIntervention, PanelNotice, PanelTarget, PanelView } from '../protocol/webview';
 
+export interface PanelProcess {
+  id: string;
+  label: string;
+  /** Its debug session's key. */
+  session?: string;
+}
+
 export interface PanelState {
-  processes: { id: string; label: string }[];
+  processes: PanelProcess[];
+  /** The newest debug session seen; notices of others are dropped once theirs have ended. */
+  session?: string;
   target?: PanelTarget;
-  paused?: { processId: string; model: string; layer: string; phase: string; reason: string; step: number; origin?: string };
+  paused?: { processId: string; model: string; layer: string; phase: string; reason: string; step: number; origin?: string; hit: number };
+  /** Stops seen (numbers each stop, so two stops alike are still told apart). */
+  hits: number;
   /** Latest summary of each tensor of the target, by path ('output', 'grad_output[0]', 'weight.grad'...). */
   tensors: TensorSummary[];
   phase?: string;
@@ -21,20 +33,20 @@ export interface PanelState {
 }
 
 export type PanelAction =
-  | { type: 'processes'; processes: { id: string; label: string }[] }
+  | { type: 'processes'; processes: PanelProcess[] }
   | { type: 'select'; target: PanelTarget }
   | { type: 'hit'; processId: string; processLabel: string; hit: HitMessage; cls?: string }
   | { type: 'resumed'; processId: string }
   | { type: 'summaries'; processId: string; model: string; layer: string; phase?: string; step: number; tensors: TensorSummary[] }
   | { type: 'interventions'; processId: string; interventions: PanelIntervention[] }
   | { type: 'notice'; notice: PanelNotice }
-  | { type: 'exited'; processId: string; label: string; reason: string }
+  | { type: 'exited'; processId: string; label: string; reason: string; session?: string }
   | { type: 'breakOnNonFinite'; enabled: boolean };
 
 export const MAX_NOTICES = 4;
 
 export function initialPanelState(): PanelState {
-  return { processes: [], tensors: [], interventions: {}, notices: [], breakOnNonFinite: false, revision: 0 };
+  return { processes: [], hits: 0, tensors: [], interventions: {}, notices: [], breakOnNonFinite: false, revision: 0 };
 }
 
 function sameTarget(t: PanelTarget | undefined, processId: string, model: string, layer: string): boolean {
@@ -48,9 +60,24 @@ export function mergeTensors(old: readonly TensorSummary[], fresh: readonly Tens
   return [...byPath.values()];
 }
 
+/** Whether a notice about `session` still belongs in the panel: the newest session's, or one still connected. */
+function sessionShown(state: PanelState, session: string | undefined): boolean {
+  return session === undefined || session === state.session || state.processes.some((p) => p.session === session);
+}
+
+/** A process of a session not seen before starts that session: the notices of ended sessions go. */
+function withNewSession(state: PanelState, processes: PanelProcess[]): PanelState {
+  const known = new Set([state.session, ...state.processes.map((p) => p.session)]);
+  const fresh = processes.find((p) => p.session !== undefined && !known.has(p.session));
+  if (!fresh) return state;
+  const live = new Set(processes.map((p) => p.session));
+  return { ...state, session: fresh.session, notices: state.notices.filter((n) => n.session !== undefined && live.has(n.session)) };
+}
+
 export function panelReducer(state: PanelState, action: PanelAction): PanelState {
   switch (action.type) {
     case 'processes': {
+      state = withNewSession(state, action.processes);
       const ids = new Set(action.processes.map((p) => p.id));
       const targetGone = state.target && !ids.has(state.target.processId);
       return {
@@ -71,11 +98,13 @@ export function panelReducer(state: PanelState, action: PanelAction): PanelState
       const h = action.hit;
       const target: PanelTarget = { processId: action.processId, processLabel: action.processLabel, model: h.model, layer: h.layer, cls: action.cls };
       const sameLayer = sameTarget(state.target, action.processId, h.model, h.layer);
+      const hits = state.hits + 1;
       return {
         ...state,
         target,
+        hits,
         paused: h.pausing
-          ? { processId: action.processId, model: h.model, layer: h.layer, phase: h.phase, reason: h.reason, step: h.step, origin: h.origin }
+          ? { processId: action.processId, model: h.model, layer: h.layer, phase: h.phase, reason: h.reason, step: h.step, origin: h.origin, hit: hits }
           : state.paused,
         tensors: sameLayer ? mergeTensors(state.tensors, h.summaries) : [...h.summaries],
         phase: h.phase,
@@ -100,10 +129,14 @@ export function panelReducer(state: PanelState, action: PanelAction): PanelState
     case 'interventions':
       return { ...state, interventions: { ...state.interventions, [action.processId]: action.interventions } };
     case 'notice':
+      if (!sessionShown(state, action.notice.session)) return state; // from a session that has ended
       return { ...state, notices: [...state.notices, action.notice].slice(-MAX_NOTICES) };
     case 'exited': {
       const { [action.processId]: _gone, ...interventions } = state.interventions;
       const wasTarget = state.target?.processId === action.processId;
+      const said = sessionShown(state, action.session)
+        ? [...state.notices, { level: 'info' as const, message: `${action.label} exited (${action.reason})`, session: action.session }]
+        : state.notices;
       return {
         ...state,
         processes: state.processes.filter((p) => p.id !== action.processId),
@@ -111,7 +144,7 @@ export function panelReducer(state: PanelState, action: PanelAction): PanelState
         tensors: wasTarget ? [] : state.tensors,
         paused: state.paused?.processId === action.processId ? undefined : state.paused,
         interventions,
-        notices: [...state.notices, { level: 'info' as const, message: `${action.label} exited (${action.reason})` }].slice(-MAX_NOTICES),
+        notices: said.slice(-MAX_NOTICES),
         revision: state.revision + 1,
       };
     }
@@ -143,9 +176,11 @@ export function panelView(state: PanelState): PanelView {
   if (state.paused) {
     const p = state.paused;
     const where = state.processes.length > 1 ? ` · ${state.target?.processLabel ?? ''}` : '';
+    // The reason is said once (its own line), not again in the detail.
     return {
       ...base, status: 'paused', headline: `Paused in layer ${p.layer} (${p.phase})`,
-      detail: `${p.reason}${p.origin ? ` — ${p.origin}` : ''} · step ${p.step}${where}`, pausedReason: p.reason,
+      detail: `${stepText(p.step)}${where}`, pausedReason: `${p.reason}${p.origin ? ` — ${p.origin}` : ''}`,
+      stop: { processId: p.processId, model: p.model, layer: p.layer, phase: p.phase, step: p.step, hit: p.hit },
     };
   }
   if (!state.target) {
@@ -163,6 +198,11 @@ export function panelView(state: PanelState): PanelView {
   }
   return {
     ...base, status: 'live', headline: `Layer ${layer}${state.phase ? ` (${state.phase})` : ''}`,
-    detail: `${state.step !== undefined ? `step ${state.step} · ` : ''}${state.target.processLabel}`,
+    detail: `${state.step !== undefined ? `${stepText(state.step)} · ` : ''}${state.target.processLabel}`,
   };
+}
+
+/** How a step is written in the panel (one place, so it reads the same everywhere). */
+export function stepText(step: number): string {
+  return `step ${step}`;
 }

@@ -1,22 +1,26 @@
-// The "Tensors" webview view: hosts dist/webview.js under a strict CSP (nonce, cspSource,
-// data: images only), forwards the panel's view model at a readable rate, answers render
-// requests with PNG data URLs, saves images, and routes intervention actions.
+// The Tensors panel's webviews: the "Tensors" view in the side bar and, on request ("Hookscope:
+// Open Tensors Panel in Editor"), the same panel in the editor area beside the code for a wide
+// view. Both show the panel's view model (posted at a readable rate), answer their own render
+// requests with PNG data URLs, save images, and route intervention actions.
 
-import { randomBytes } from 'node:crypto';
 import * as vscode from 'vscode';
 import type { ExtensionLog } from '../common/log';
 import { Commands, Views } from '../constants';
-import type { FromWebview, ToWebview } from '../protocol/webview';
+import type { FromWebview, PanelFigure, ToWebview } from '../protocol/webview';
 import { isInspectFromWebview, type InspectFromWebview, type InspectToWebview } from './inspectProtocol';
-import type { PanelController } from './panelController';
+import type { PanelController, RenderedFigure } from './panelController';
+import { TensorsWebview } from './tensorsWebview';
 
 /** Live updates reach the webview at most this often (people cannot read faster). */
 const POST_INTERVAL_MS = 100;
+/** The editor-area panel's type (its id in VS Code's webview registry). */
+export const TENSORS_EDITOR_PANEL = 'hookscope.tensorsEditor';
 
 export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.Disposable {
   static readonly viewType = Views.tensors;
   private view: vscode.WebviewView | undefined;
-  private ready = false;
+  private editorPanel: vscode.WebviewPanel | undefined;
+  private readonly hosts = new Set<TensorsWebview>();
   private postTimer: NodeJS.Timeout | undefined;
   private lastPost = 0;
   private readonly disposables: vscode.Disposable[] = [];
@@ -34,13 +38,10 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
 
   resolveWebviewView(view: vscode.WebviewView): void {
     this.view = view;
-    this.ready = false;
-    const dist = vscode.Uri.joinPath(this.extensionUri, 'dist');
-    view.webview.options = { enableScripts: true, localResourceRoots: [dist] };
-    view.webview.html = this.html(view.webview, dist);
+    const host = this.addHost(new TensorsWebview('side', view.webview, this.extensionUri, (h, m) => void this.onMessage(h, m), () => view.visible));
     this.disposables.push(
-      view.webview.onDidReceiveMessage((m: FromWebview | InspectFromWebview) => void this.onMessage(m)),
       view.onDidDispose(() => {
+        this.removeHost(host);
         if (this.view === view) this.view = undefined;
       }),
       view.onDidChangeVisibility(() => {
@@ -58,31 +59,39 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     }
   }
 
-  private html(webview: vscode.Webview, dist: vscode.Uri): string {
-    const nonce = randomBytes(16).toString('base64');
-    const script = webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.js'));
-    const style = webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.css'));
-    const csp = [
-      "default-src 'none'",
-      `img-src ${webview.cspSource} data:`,
-      `style-src ${webview.cspSource}`,
-      `font-src ${webview.cspSource}`,
-      `script-src 'nonce-${nonce}'`,
-    ].join('; ');
-    return `<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="UTF-8">
-<meta http-equiv="Content-Security-Policy" content="${csp}">
-<meta name="viewport" content="width=device-width, initial-scale=1.0">
-<link href="${style}" rel="stylesheet">
-<title>Tensors</title>
-</head>
-<body>
-<div id="root" data-testid="tensors-root"></div>
-<script nonce="${nonce}" src="${script}"></script>
-</body>
-</html>`;
+  /** The panel in the editor area beside the code (one; revealed again when already open). */
+  openInEditor(): void {
+    if (this.editorPanel) {
+      this.editorPanel.reveal(vscode.ViewColumn.Beside, true);
+      return;
+    }
+    const dist = vscode.Uri.joinPath(this.extensionUri, 'dist');
+    const panel = vscode.window.createWebviewPanel(TENSORS_EDITOR_PANEL, 'Hookscope Tensors', { viewColumn: vscode.ViewColumn.Beside, preserveFocus: true }, {
+      enableScripts: true, retainContextWhenHidden: true, localResourceRoots: [dist],
+    });
+    panel.iconPath = vscode.Uri.joinPath(this.extensionUri, 'media', 'hookscope.svg');
+    this.editorPanel = panel;
+    const host = this.addHost(new TensorsWebview('editor', panel.webview, this.extensionUri, (h, m) => void this.onMessage(h, m), () => panel.visible));
+    this.disposables.push(
+      panel.onDidDispose(() => {
+        this.removeHost(host);
+        if (this.editorPanel === panel) this.editorPanel = undefined;
+      }),
+      panel.onDidChangeViewState(() => {
+        if (panel.visible) this.schedulePost();
+      }),
+    );
+    this.log.event('panel.openedInEditor', {});
+  }
+
+  private addHost(host: TensorsWebview): TensorsWebview {
+    this.hosts.add(host);
+    return host;
+  }
+
+  private removeHost(host: TensorsWebview): void {
+    this.hosts.delete(host);
+    host.dispose();
   }
 
   private schedulePost(): void {
@@ -94,27 +103,26 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     }, wait);
   }
 
-  private postView(): void {
-    if (!this.view || !this.ready) return;
+  /** The view model to every webview on screen (a hidden one gets it when shown again). */
+  private postView(only?: TensorsWebview): void {
     this.lastPost = Date.now();
-    void this.post({ type: 'view', view: this.panel.view });
-  }
-
-  private post(message: ToWebview | InspectToWebview): Thenable<boolean> {
-    return this.view ? this.view.webview.postMessage(message) : Promise.resolve(false);
+    for (const host of only ? [only] : this.hosts) {
+      if (host.showing) void host.post({ type: 'view', view: this.panel.view });
+    }
   }
 
   setInspectHandler(handler: (message: InspectFromWebview) => Promise<void>): void {
     this.inspectHandler = handler;
   }
 
-  /** A message for the "Inspect" section (dropped while the view is not loaded: "Show" reveals it first). */
+  /** A message for the "Inspect" section of every loaded webview ("Show" reveals the side view first). */
   async postInspect(message: InspectToWebview): Promise<boolean> {
-    for (let waited = 0; !this.ready && waited < 5000; waited += 50) await new Promise((r) => setTimeout(r, 50));
-    return this.post(message);
+    for (let waited = 0; ![...this.hosts].some((h) => h.ready) && waited < 5000; waited += 50) await new Promise((r) => setTimeout(r, 50));
+    const sent = await Promise.all([...this.hosts].filter((h) => h.ready).map((h) => h.post(message)));
+    return sent.some(Boolean);
   }
 
-  private async onMessage(message: FromWebview | InspectFromWebview): Promise<void> {
+  private async onMessage(host: TensorsWebview, message: FromWebview | InspectFromWebview): Promise<void> {
     try {
       if (isInspectFromWebview(message)) {
         await this.inspectHandler?.(message);
@@ -122,23 +130,19 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
       }
       switch (message.type) {
         case 'ready':
-          this.ready = true;
-          this.log.event('panel.ready', {});
-          this.postView();
+          this.log.event('panel.ready', { host: host.kind });
+          this.postView(host);
           return;
         case 'render': {
-          try {
-            const image = await this.panel.render(message.visual, message.options);
-            const dataUrl = `data:image/png;base64,${Buffer.from(image.png).toString('base64')}`;
-            await this.post({ type: 'image', seq: message.seq, visual: message.visual, dataUrl, width: image.width, height: image.height, meta: image.meta });
-          } catch (err) {
-            this.log.event('render.failed', { visual: message.visual, message: (err as Error).message });
-            await this.post({ type: 'imageError', seq: message.seq, visual: message.visual, message: (err as Error).message });
+          const figures = await this.panel.renderFigures(message.visual, message.options, message.tensors);
+          for (const f of figures) {
+            if (f.error) this.log.event('render.failed', { visual: message.visual, tensor: f.tensor ?? null, message: f.error });
           }
+          await host.post({ type: 'images', seq: message.seq, visual: message.visual, figures: figures.map(toWebviewFigure) });
           return;
         }
         case 'savePng':
-          await this.saveImage();
+          await this.saveImage(host);
           return;
         case 'addIntervention':
           await this.panel.addIntervention(message.kind, message.channels, message.value);
@@ -158,7 +162,7 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     }
   }
 
-  private async saveImage(): Promise<void> {
+  private async saveImage(host: TensorsWebview): Promise<void> {
     const image = this.panel.lastImage;
     if (!image) {
       void vscode.window.showInformationMessage('Hookscope: no image to save yet.');
@@ -174,11 +178,20 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     if (!target) return;
     await vscode.workspace.fs.writeFile(target, image.png);
     this.log.event('image.saved', { path: target.fsPath, bytes: image.png.byteLength });
-    await this.post({ type: 'saved', path: target.fsPath });
+    await host.post({ type: 'saved', path: target.fsPath } satisfies ToWebview);
   }
 
   dispose(): void {
     clearTimeout(this.postTimer);
+    this.editorPanel?.dispose();
+    for (const host of this.hosts) host.dispose();
+    this.hosts.clear();
     for (const d of this.disposables.splice(0)) d.dispose();
   }
+}
+
+function toWebviewFigure(f: RenderedFigure): PanelFigure {
+  if (!f.image) return { tensor: f.tensor, note: f.note, error: f.error };
+  const { png, width, height, meta } = f.image;
+  return { tensor: f.tensor, image: { dataUrl: `data:image/png;base64,${Buffer.from(png).toString('base64')}`, width, height, meta } };
 }
