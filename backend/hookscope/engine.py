@@ -722,7 +722,8 @@ class Engine:
     def _attention_subject(self, visuals: Any, model_id: str, layer: str, module: nn.Module) -> Subject:
         """Attention weights of ``layer``: those it returned, or for an ``nn.MultiheadAttention``
         called with ``need_weights=False`` recomputed from its kept call; another module's output
-        (a hand-written softmax) is taken as the weights."""
+        is taken as the weights when it looks like them (a hand-written softmax: rows of
+        non-negative values that sum to 1)."""
         paused = self._paused
         here = render_subject.paused_at(paused, layer, module)
         stop_step = paused["step"] if here and paused is not None else None
@@ -742,7 +743,7 @@ class Engine:
                 weights = visuals.mha_weights(module, args, kwargs)
                 return Subject(weights, layer, "attention weights", kept.step, "forward",
                                "recomputed from the call's inputs (the model asked for need_weights=False)")
-        elif isinstance(output, torch.Tensor) and output.dim() >= 2:
+        elif render_subject.looks_like_attention(output):  # a hand-written softmax
             return Subject(output.detach(), layer, "output", step, phase)
         if kept is None and output is None:
             raise self._not_kept(model_id, layer, stop_step)

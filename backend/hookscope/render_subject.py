@@ -103,3 +103,12 @@ def returned_weights(output: Any) -> torch.Tensor | None:
     if isinstance(output, (tuple, list)) and len(output) > 1 and isinstance(output[1], torch.Tensor):
         return output[1].detach()
     return None
+
+
+def looks_like_attention(value: Any) -> bool:
+    """Whether ``value`` is a tensor of attention weights: rows (last dim) of probabilities."""
+    if not isinstance(value, torch.Tensor) or value.dim() < 2 or not value.is_floating_point() or not value.numel():
+        return False
+    with torch.no_grad():
+        v = value.detach().float()
+        return bool((v >= 0).all()) and bool(torch.allclose(v.sum(-1), torch.ones(()), atol=1e-3))

@@ -82,11 +82,14 @@ export class Figures {
     img.dataset.width = String(image.width);
     img.dataset.height = String(image.height);
     img.className = isPixelImage(image.meta) ? 'pixels' : 'chart';
+    if (image.height > 2 * image.width) img.classList.add('tall');
     img.src = image.dataUrl;
     const shown: ShownImage = { meta: image.meta, width: image.width, height: image.height };
     img.addEventListener('click', (ev) => {
+      // The drawn picture: the element's box, less the margins `object-fit: contain` leaves (tall images).
       const rect = img.getBoundingClientRect();
-      this.onImageClick(shown, ev.clientX - rect.left, ev.clientY - rect.top, rect.width, rect.height);
+      const scale = Math.min(rect.width / image.width, rect.height / image.height);
+      this.onImageClick(shown, ev.clientX - rect.left, ev.clientY - rect.top, image.width * scale, image.height * scale);
     });
 
     const caption = document.createElement('figcaption');

@@ -14,7 +14,7 @@ import { Figures, type ShownImage } from './figures';
 import {
   channelAt, figureTensors, initialUiState, pageCount, pictureKey, renderOptions, uiReducer, type UiAction, type UiState,
 } from './state';
-import { tableHead, tensorRow } from './table';
+import { tableHead, tensorRows } from './table';
 import { isInspectToWebview, type InspectFromWebview, type InspectToWebview } from '../src/views/inspectProtocol';
 import { InspectView } from './inspectView';
 
@@ -229,7 +229,7 @@ function drawView(v: PanelView): void {
     ...v.notices.map((n) => el('div', { class: `notice ${n.level}`, 'data-testid': 'notice', text: n.message })));
 
   const rows = byTestId('tensor-rows');
-  rows.replaceChildren(...v.tensors.map(tensorRow));
+  rows.replaceChildren(...v.tensors.flatMap(tensorRows));
   byTestId('tensor-empty').textContent =
     v.tensors.length === 0 ? (v.status === 'notConnected' ? '' : 'No summaries yet for this layer.') : '';
 

@@ -1,8 +1,9 @@
 // The summary table of the Tensors panel. It fits the width it is given: in a wide panel every
 // column shows; in a normal side bar (~300-400 px) the columns that do not fit fold into a second
-// line under the tensor's name and into the row's tooltip, while the norm and the histogram keep
-// their columns (styles.css picks the columns per width with a container query). Each cell keeps
-// its `data-col` whether shown or folded, so tests and tools read the same cells at any width.
+// line under the row (the whole table's width) and into the row's tooltip, while the norm and the
+// histogram keep their columns (styles.css picks the columns per width with a container query).
+// Each cell keeps its `data-col` whether shown or folded, so tests and tools read the same cells
+// at any width.
 
 import type { TensorSummary } from '../src/protocol/messages.gen';
 import { formatNonFinite, formatNumber, formatPercent, formatShape, hasNonFinite } from './format';
@@ -85,7 +86,22 @@ export function tableHead(): HTMLTableSectionElement {
   return head;
 }
 
-export function tensorRow(t: TensorSummary): HTMLTableRowElement {
+/** A tensor's row, and the line under it that holds its folded columns (shown only when some fold). */
+export function tensorRows(t: TensorSummary): HTMLTableRowElement[] {
+  const row = tensorRow(t);
+  const fold = document.createElement('tr');
+  fold.className = 'fold-row';
+  fold.dataset.path = t.path;
+  fold.title = row.title;
+  const cell = document.createElement('td');
+  cell.colSpan = COLUMNS.length;
+  cell.append(foldedLine(t));
+  fold.append(cell);
+  if (row.classList.contains('nonfinite')) fold.classList.add('nonfinite');
+  return [row, fold];
+}
+
+function tensorRow(t: TensorSummary): HTMLTableRowElement {
   const texts = cellTexts(t);
   const row = document.createElement('tr');
   row.setAttribute('data-testid', 'tensor-row');
@@ -98,10 +114,10 @@ export function tensorRow(t: TensorSummary): HTMLTableRowElement {
     td.dataset.col = col;
     if (fold) td.dataset.fold = fold;
     if (col === 'path') {
-      const name = document.createElement('div');
+      const name = document.createElement('span');
       name.className = 'path-name';
       name.textContent = texts.path;
-      td.append(name, foldedLine(t));
+      td.append(name);
     } else if (col === 'hist') {
       const hist = histOf(t.hist);
       if (hist) td.append(histogramSvg(hist));

@@ -301,3 +301,34 @@ def test_everything_watched_and_kept_stays_bit_exact():
     torch.manual_seed(5)
     assert train(watched, 3) == ref
     assert engine.shutdown() > 0 and hooks_left(watched) == []
+
+
+def test_only_probabilities_are_taken_as_attention_from_a_module_that_is_not_attention(at_stops):
+    class HandWritten(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.score = nn.Linear(8, 8)
+            self.softmax = nn.Softmax(dim=-1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.softmax(self.score(x) @ x.transpose(1, 2)) @ x
+
+    torch.manual_seed(0)
+    model = HandWritten()
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("m", model)
+    engine.set_breakpoints([{"id": "s", "layer": "softmax", "phases": ["forward"]},
+                            {"id": "l", "layer": "score", "phases": ["forward"]}])
+
+    def look(engine: Engine, paused: dict) -> Any:
+        try:
+            return render(engine, "attention", layer=paused["layer"])["meta"]["of"]
+        except ProtocolError as exc:
+            return str(exc)
+
+    seen = at_stops(engine, look)
+    model(torch.randn(2, 5, 8))
+    score, softmax = seen
+    assert "score returned no attention weights" in score
+    assert softmax["layer"] == "softmax" and softmax["tensor"] == "output"
+    engine.shutdown()
