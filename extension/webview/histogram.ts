@@ -1,4 +1,9 @@
-// Geometry of the small per-tensor histogram (pure; the DOM code draws these rectangles as SVG).
+// The small per-tensor histogram: its geometry (pure, unit-tested) and the SVG that draws it
+// (the summary table's rows and the "Show in Hookscope" section).
+
+import { formatNumber } from './format';
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
 
 export interface Bar {
   x: number;
@@ -30,4 +35,34 @@ export function histOf(hist: unknown): { lo: number; hi: number; counts: number[
   if (!h || typeof h.lo !== 'number' || typeof h.hi !== 'number' || !Array.isArray(h.counts)) return undefined;
   const counts = h.counts.filter((c): c is number => typeof c === 'number');
   return counts.length ? { lo: h.lo, hi: h.hi, counts } : undefined;
+}
+
+/**
+ * The histogram as an SVG drawn in a `width` x `height` box, tagged `testId`. `stretch`: no fixed
+ * size, the box scales to whatever width CSS gives it (the table's column); else it is that size.
+ */
+export function histogramSvg(hist: { lo: number; hi: number; counts: number[] }, width: number, height: number, testId: string, stretch = false): SVGSVGElement {
+  const svg = document.createElementNS(SVG_NS, 'svg');
+  if (stretch) {
+    svg.setAttribute('preserveAspectRatio', 'none');
+  } else {
+    svg.setAttribute('width', String(width));
+    svg.setAttribute('height', String(height));
+  }
+  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  svg.setAttribute('data-testid', testId);
+  svg.setAttribute('class', 'hist');
+  const title = document.createElementNS(SVG_NS, 'title');
+  title.textContent = `${formatNumber(hist.lo)} … ${formatNumber(hist.hi)} (${hist.counts.length} bins)`;
+  svg.append(title);
+  for (const bar of histogramBars(hist.counts, width, height)) {
+    if (bar.height <= 0) continue;
+    const rect = document.createElementNS(SVG_NS, 'rect');
+    rect.setAttribute('x', bar.x.toFixed(2));
+    rect.setAttribute('y', bar.y.toFixed(2));
+    rect.setAttribute('width', bar.width.toFixed(2));
+    rect.setAttribute('height', bar.height.toFixed(2));
+    svg.append(rect);
+  }
+  return svg;
 }

@@ -7,13 +7,11 @@
 import type { TensorSummary } from '../src/protocol/messages.gen';
 import type { InspectFromWebview, InspectToWebview, InspectedTensor } from '../src/views/inspectProtocol';
 import { formatNonFinite, formatNumber, formatShape, hasNonFinite } from './format';
-import { histOf, histogramBars } from './histogram';
+import { histOf, histogramSvg } from './histogram';
 import {
   canFeatureMap, decodeValues, formatValue, initialInspectUi, inspectOptions, inspectReducer, otherAxes, sliceShape,
   valueAt, type InspectAction, type InspectUi, type SliceValues,
 } from './inspectState';
-
-const SVG_NS = 'http://www.w3.org/2000/svg';
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Record<string, string> = {}, ...children: (Node | string)[]): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
@@ -190,7 +188,7 @@ export class InspectView {
     summary.dataset.nonfinite = String(bad);
     const box = this.parts['inspect-hist-box'];
     const hist = histOf(s.hist);
-    box.replaceChildren(...(hist ? [histogramSvg(hist)] : []));
+    box.replaceChildren(...(hist ? [histogramSvg(hist, 240, 40, 'inspect-hist')] : []));
   }
 
   private drawControls(): void {
@@ -276,28 +274,4 @@ function describeMeta(meta: Record<string, unknown>): string {
   if (typeof meta.downscale === 'number' && meta.downscale > 1) parts.push(`shown 1:${meta.downscale}`);
   if (typeof meta.pages === 'number' && meta.pages > 1) parts.push(`page ${Number(meta.page) + 1}/${meta.pages}`);
   return parts.join(' · ');
-}
-
-function histogramSvg(hist: { lo: number; hi: number; counts: number[] }): SVGSVGElement {
-  const width = 240;
-  const height = 40;
-  const svg = document.createElementNS(SVG_NS, 'svg');
-  svg.setAttribute('width', String(width));
-  svg.setAttribute('height', String(height));
-  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
-  svg.setAttribute('data-testid', 'inspect-hist');
-  svg.setAttribute('class', 'hist');
-  const title = document.createElementNS(SVG_NS, 'title');
-  title.textContent = `${formatNumber(hist.lo)} … ${formatNumber(hist.hi)} (${hist.counts.length} bins)`;
-  svg.append(title);
-  for (const bar of histogramBars(hist.counts, width, height)) {
-    if (bar.height <= 0) continue;
-    const rect = document.createElementNS(SVG_NS, 'rect');
-    rect.setAttribute('x', bar.x.toFixed(2));
-    rect.setAttribute('y', bar.y.toFixed(2));
-    rect.setAttribute('width', bar.width.toFixed(2));
-    rect.setAttribute('height', bar.height.toFixed(2));
-    svg.append(rect);
-  }
-  return svg;
 }

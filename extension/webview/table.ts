@@ -7,9 +7,7 @@
 
 import type { TensorSummary } from '../src/protocol/messages.gen';
 import { formatNonFinite, formatNumber, formatPercent, formatShape, hasNonFinite } from './format';
-import { histOf, histogramBars } from './histogram';
-
-const SVG_NS = 'http://www.w3.org/2000/svg';
+import { histOf, histogramSvg } from './histogram';
 
 /** The columns, in order; `fold`: from which width class on it folds ('medium': below ~760 px, 'narrow': below ~480 px). */
 export const COLUMNS: readonly { col: string; title: string; fold?: 'medium' | 'narrow' }[] = [
@@ -120,7 +118,7 @@ function tensorRow(t: TensorSummary): HTMLTableRowElement {
       td.append(name);
     } else if (col === 'hist') {
       const hist = histOf(t.hist);
-      if (hist) td.append(histogramSvg(hist));
+      if (hist) td.append(histogramSvg(hist, 120, 28, 'tensor-hist', true)); // stretched to the column
     } else {
       td.textContent = texts[col];
     }
@@ -140,28 +138,4 @@ function foldedLine(t: TensorSummary): HTMLElement {
     line.append(part);
   }
   return line;
-}
-
-function histogramSvg(hist: { lo: number; hi: number; counts: number[] }): SVGSVGElement {
-  const width = 120;
-  const height = 28;
-  const svg = document.createElementNS(SVG_NS, 'svg');
-  // Drawn in a 120x28 box and stretched to the column's width (narrower in a side bar).
-  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
-  svg.setAttribute('preserveAspectRatio', 'none');
-  svg.setAttribute('data-testid', 'tensor-hist');
-  svg.setAttribute('class', 'hist');
-  const title = document.createElementNS(SVG_NS, 'title');
-  title.textContent = `${formatNumber(hist.lo)} … ${formatNumber(hist.hi)} (${hist.counts.length} bins)`;
-  svg.append(title);
-  for (const bar of histogramBars(hist.counts, width, height)) {
-    if (bar.height <= 0) continue;
-    const rect = document.createElementNS(SVG_NS, 'rect');
-    rect.setAttribute('x', bar.x.toFixed(2));
-    rect.setAttribute('y', bar.y.toFixed(2));
-    rect.setAttribute('width', bar.width.toFixed(2));
-    rect.setAttribute('height', bar.height.toFixed(2));
-    svg.append(rect);
-  }
-  return svg;
 }

@@ -9,7 +9,7 @@ import { Commands, Views } from '../constants';
 import type { FromWebview, PanelFigure, ToWebview } from '../protocol/webview';
 import { isInspectFromWebview, type InspectFromWebview, type InspectToWebview } from './inspectProtocol';
 import type { PanelController, RenderedFigure } from './panelController';
-import { TensorsWebview } from './tensorsWebview';
+import { TensorsWebview, type TensorsHostKind } from './tensorsWebview';
 
 /** Live updates reach the webview at most this often (people cannot read faster). */
 const POST_INTERVAL_MS = 100;
@@ -38,16 +38,9 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
 
   resolveWebviewView(view: vscode.WebviewView): void {
     this.view = view;
-    const host = this.addHost(new TensorsWebview('side', view.webview, this.extensionUri, (h, m) => void this.onMessage(h, m), () => view.visible));
-    this.disposables.push(
-      view.onDidDispose(() => {
-        this.removeHost(host);
-        if (this.view === view) this.view = undefined;
-      }),
-      view.onDidChangeVisibility(() => {
-        if (view.visible) this.schedulePost();
-      }),
-    );
+    this.attach('side', view.webview, () => view.visible, view.onDidDispose, view.onDidChangeVisibility, () => {
+      if (this.view === view) this.view = undefined;
+    });
   }
 
   /** Show the view without taking the keyboard focus (on a hit, or from the command). */
@@ -71,27 +64,27 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     });
     panel.iconPath = vscode.Uri.joinPath(this.extensionUri, 'media', 'hookscope.svg');
     this.editorPanel = panel;
-    const host = this.addHost(new TensorsWebview('editor', panel.webview, this.extensionUri, (h, m) => void this.onMessage(h, m), () => panel.visible));
-    this.disposables.push(
-      panel.onDidDispose(() => {
-        this.removeHost(host);
-        if (this.editorPanel === panel) this.editorPanel = undefined;
-      }),
-      panel.onDidChangeViewState(() => {
-        if (panel.visible) this.schedulePost();
-      }),
-    );
+    this.attach('editor', panel.webview, () => panel.visible, panel.onDidDispose, panel.onDidChangeViewState, () => {
+      if (this.editorPanel === panel) this.editorPanel = undefined;
+    });
     this.log.event('panel.openedInEditor', {});
   }
 
-  private addHost(host: TensorsWebview): TensorsWebview {
+  /** Show the panel in `webview` until it is disposed; a hidden one gets the view again when shown. */
+  private attach(kind: TensorsHostKind, webview: vscode.Webview, visible: () => boolean,
+    onDidDispose: vscode.Event<void>, onDidChangeVisibility: vscode.Event<unknown>, gone: () => void): void {
+    const host = new TensorsWebview(kind, webview, this.extensionUri, (h, m) => void this.onMessage(h, m), visible);
     this.hosts.add(host);
-    return host;
-  }
-
-  private removeHost(host: TensorsWebview): void {
-    this.hosts.delete(host);
-    host.dispose();
+    this.disposables.push(
+      onDidDispose(() => {
+        this.hosts.delete(host);
+        host.dispose();
+        gone();
+      }),
+      onDidChangeVisibility(() => {
+        if (visible()) this.schedulePost();
+      }),
+    );
   }
 
   private schedulePost(): void {

@@ -97,6 +97,23 @@ def train(model: nn.Module, steps: int, plant: dict[int, object] | None = None,
     return losses
 
 
+def outputs_alive_after_a_step(model: nn.Module, layers: list[str]) -> list[str]:
+    """Which of ``layers`` still have their output of a training step in memory once the step is
+    over (any live tensor on that memory: Hookscope keeps detached views, not the output objects)."""
+    import gc
+    seen: dict[str, tuple[int, torch.Size]] = {}
+    handles = [model.get_submodule(name).register_forward_hook(
+        lambda m, a, out, name=name: seen.__setitem__(name, (out.data_ptr(), out.shape))) for name in layers]
+    x, y = batch(0)
+    nn.functional.cross_entropy(model(x), y).backward()
+    for handle in handles:
+        handle.remove()
+    gc.collect()
+    tensors = [o for o in gc.get_objects() if type(o) in (torch.Tensor, nn.Parameter)]  # type(): no lazy attributes
+    live = {(t.data_ptr(), t.shape) for t in tensors if t.numel()}
+    return [name for name in layers if seen[name] in live]
+
+
 def hooks_left(model: nn.Module) -> list[str]:
     """Every hook dict entry on the model's modules and parameters (should be empty)."""
     left = []

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine_models import Net, batch, hooks_left, train
+from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, train
 from hookscope import protocol
 from hookscope.engine import Engine
 from hookscope.protocol import ProtocolError
@@ -311,22 +311,6 @@ def test_render_feature_map_captures_on_demand(setup):
     assert body["png"].startswith(b"\x89PNG")
     step(model)
     assert req(engine, "render", view="gradientFlow")["png"].startswith(b"\x89PNG")
-
-
-def outputs_alive_after_a_step(model: nn.Module, layers: list[str]) -> list[str]:
-    """Which of ``layers`` still have their output of a step in memory once the step is over
-    (any live tensor on that memory: Hookscope keeps detached views, not the output objects)."""
-    import gc
-    seen: dict[str, tuple[int, torch.Size]] = {}
-    handles = [model.get_submodule(name).register_forward_hook(
-        lambda m, a, out, name=name: seen.__setitem__(name, (out.data_ptr(), out.shape))) for name in layers]
-    step(model)
-    for handle in handles:
-        handle.remove()
-    gc.collect()
-    tensors = [o for o in gc.get_objects() if type(o) in (torch.Tensor, nn.Parameter)]  # type(): no lazy attributes
-    live = {(t.data_ptr(), t.shape) for t in tensors if t.numel()}
-    return [name for name in layers if seen[name] in live]
 
 
 def test_a_watch_keeps_no_activation_alive_and_a_render_keeps_only_the_last_few_rendered(setup):
