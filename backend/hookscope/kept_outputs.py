@@ -109,6 +109,8 @@ class BreakpointOutputs:
         self._handles: dict[tuple[str, str], Any] = {}
         self._kept: collections.OrderedDict[tuple[str, str], tuple[Kept, int]] = collections.OrderedDict()
         """(model, layer) -> (last call, its bytes), the layer that ran longest ago first."""
+        self._total = 0
+        """Bytes kept in all (a running sum: the hook does not walk the others)."""
         self._too_large: dict[tuple[str, str], int] = {}
         """Layers whose last output alone was over the budget: how large it was."""
 
@@ -145,11 +147,14 @@ class BreakpointOutputs:
             handle.remove()
         self._handles.clear()
         self._kept.clear()
+        self._total = 0
         self._too_large.clear()
         return removed
 
     def _forget(self, key: tuple[str, str]) -> None:
-        self._kept.pop(key, None)
+        entry = self._kept.pop(key, None)
+        if entry is not None:
+            self._total -= entry[1]
         self._too_large.pop(key, None)
 
     def _hook(self, key: tuple[str, str]) -> Callable[..., None]:
@@ -164,13 +169,12 @@ class BreakpointOutputs:
 
     def _store(self, key: tuple[str, str], record: Kept) -> None:
         size = storage_bytes(record)
-        self._kept.pop(key, None)
+        self._forget(key)
         if size > self.max_bytes:
             self._too_large[key] = size
             return
-        self._too_large.pop(key, None)
         self._kept[key] = (record, size)
-        total = sum(s for _, s in self._kept.values())
-        while len(self._kept) > self.max_layers or total > self.max_bytes:
+        self._total += size
+        while len(self._kept) > self.max_layers or self._total > self.max_bytes:
             _, (_, dropped) = self._kept.popitem(last=False)
-            total -= dropped
+            self._total -= dropped
