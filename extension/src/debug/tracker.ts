@@ -14,6 +14,8 @@ import { SESSION_KEY_PROPERTY } from './launchEnv';
 
 /** A hit is matched to the debugger's next `stopped` event when it came at most this long before. */
 const HIT_MATCH_WINDOW_MS = 10000;
+/** A hit arriving this soon after a stop no hit named is that stop's (it was overtaken), not the next's. */
+const LATE_HIT_WINDOW_MS = 2000;
 
 const RESUMING_REQUESTS = new Set(['continue', 'next', 'stepIn', 'stepOut', 'reverseContinue', 'stepBack', 'goto']);
 
@@ -30,6 +32,8 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
   /** Processes debugged by a child session of their own (debugpy followed them as subprocesses). */
   private readonly subprocessPids = new Set<number>();
   private readonly recentHits = new Map<string, { hit: HitMessage; process: ProcessState; at: number }>(); // key -> last hit
+  /** key -> when the debugger stopped with no hit to name it (the hit may still be on its way). */
+  private readonly unnamedStops = new Map<string, number>();
   private readonly disposables: vscode.Disposable[] = [];
   private readonly stoppedEmitter = new vscode.EventEmitter<{ session: vscode.DebugSession; reason: string; description?: string }>();
   private readonly continuedEmitter = new vscode.EventEmitter<vscode.DebugSession>();
@@ -44,7 +48,13 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
       vscode.debug.onDidStartDebugSession((s) => this.onStart(s)),
       vscode.debug.onDidTerminateDebugSession((s) => this.onEnd(s)),
       hub.onHit(({ process, hit }) => {
-        if (hit.pausing) this.recentHits.set(process.sessionKey, { hit, process, at: Date.now() });
+        if (!hit.pausing) return;
+        const unnamed = this.unnamedStops.get(process.sessionKey);
+        this.unnamedStops.delete(process.sessionKey);
+        // The debugger's stop overtook this hit (two sockets, no order between them): it belongs
+        // to the stop already shown, and must not name the next one.
+        if (unnamed !== undefined && Date.now() - unnamed < LATE_HIT_WINDOW_MS) return;
+        this.recentHits.set(process.sessionKey, { hit, process, at: Date.now() });
       }),
     );
     for (const type of PYTHON_DEBUG_TYPES) {
@@ -74,6 +84,7 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
         // The user pressed Continue/Step: the paused process runs again (debugpy may not send `continued`).
         if (message.type === 'request' && RESUMING_REQUESTS.has(message.command ?? '')) {
           this.recentHits.delete(key);
+          this.unnamedStops.delete(key);
           this.resumeProcesses(key, session);
         }
       },
@@ -98,6 +109,8 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
           description = recent.hit.reason;
           body.description = description;
           this.recentHits.delete(key);
+        } else {
+          this.unnamedStops.set(key, Date.now());
         }
         const reason = String(body.reason ?? '');
         this.log.event('dap.stopped', { session: key, reason, description: description ?? null, threadId: body.threadId });
