@@ -1,11 +1,14 @@
 // Workflow 4 of issue 6: turn on Break on NaN/Inf from the palette and debug
 // the NaN example; VS Code stops in the layer where the NaN is born
-// (head.standardize, forward), not at the loss, and the Tensors panel names it.
+// (head.standardize, forward), not at the loss, at the line whose op made it
+// (Standardize.forward's division), and the Tensors panel names it.
 import assert from 'node:assert/strict';
+import * as path from 'node:path';
 import { Debugger } from '../harness/debug.ts';
 import { sessionSteps, startHookscopeRun } from '../harness/hookscope.ts';
 import { TensorsPanel } from '../harness/tensorsPanel.ts';
 import { isEvent } from '../harness/trace.ts';
+import { Workbench } from '../harness/workbench.ts';
 
 describe('break on NaN/Inf', function () {
   const session = sessionSteps(() => startHookscopeRun('nan'));
@@ -30,6 +33,12 @@ describe('break on NaN/Inf', function () {
     const stopped = await trace.waitForEvent('DAP stopped', isEvent('dap.stopped'), { after: started });
     assert.match(String(stopped.description ?? hit.reason), /head\.standardize/);
     assert.match(await dbg.waitForVariable(/^layer\b/), /head\.standardize/);
+    // The editor shows the op's line, in the user's frame that ran it, with its locals.
+    const nanPy = path.join(session.run().workspaceDir, 'nan.py');
+    await workbench.waitForActiveEditor('nan.py', Workbench.lineOf(nanPy, '/ x.std(dim=0)'));
+    const stack = await dbg.waitForStackFrame(/Tensor\.div → NaN\/Inf/);
+    assert.match(stack.find((r) => /\.py/.test(r)) ?? '', /Standardize\.forward · Tensor\.div → NaN\/Inf.*nan\.py/, stack.join(' | '));
+    assert.match(await dbg.waitForVariable(/^x\b/), /^x\b/);
 
     await panel.show();
     await panel.waitForHeadline(/head\.standardize/);
