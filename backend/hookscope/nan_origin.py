@@ -61,9 +61,9 @@ class OpSite:
         return own.label() if own is not None else "outside the user's code"
 
 
-@dataclass
+@dataclass(repr=False)
 class OpOrigin:
-    """The birth of the first non-finite value, at op level."""
+    """The birth of the first non-finite value, at op level (``repr``: one line, for the Variables view)."""
     site: OpSite
     phase: str
     """"forward" or "backward"."""
@@ -87,6 +87,9 @@ class OpOrigin:
             return (f"{self.node}{which} → {counts}; its forward op {self.site.op} ran at "
                     f"{self.site.where}")
         return f"{self.site.op} → {counts}, {self.dtype} {self.shape}, at {self.site.where}"
+
+    def __repr__(self) -> str:
+        return self.describe()
 
     def as_fields(self) -> dict[str, Any]:
         """Structured fields for the hit message and ``hookscope run --json``."""
