@@ -10,6 +10,9 @@ tensors above ``EXACT_LIMIT`` elements are summarised from an on-device
 sample of ``SAMPLE_SIZE`` elements, gathered by index so that no copy of a
 non-contiguous tensor is made. ``tensor_children`` lists what expanding a
 tensor shows (metadata, grad, a few slices), never the whole data.
+``container_line`` does the same for a tuple, list or dict holding tensors
+(``grad_input``, ``grad_output``, ``inputs`` are tuples): its tensors as
+lines, a bounded number of items and levels, the rest elided.
 
 Nothing here raises: every function falls back to a plain short line. The
 pydevd plugin (``bootstrap/pydevd_plugins/extensions/types``) imports this
@@ -18,6 +21,7 @@ module only once the program itself has imported torch.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import warnings
@@ -44,6 +48,21 @@ HEAD_VALUES = 10
 
 INLINE_VALUES = 8
 """Tensors with at most this many elements show their values in the line itself."""
+
+CONTAINER_ITEMS = 8
+"""Items of a tuple, list or dict shown in its line; the rest are counted (``…+12``)."""
+
+CONTAINER_DEPTH = 2
+"""Containers nested deeper than this inside a container's line show as ``[…3]``."""
+
+CONTAINER_SUMMARIES = 8
+"""Tensors of one container line summarised (a device sync each); later ones show shape, dtype, device."""
+
+CONTAINER_SCALAR_CHARS = 40
+"""Numbers, strings, dtypes... are shown by a repr cut to this length; other objects by class."""
+
+CONTAINERS = (tuple, list, dict)
+"""The exact types ``container_line`` presents (subclasses such as namedtuples keep debugpy's text)."""
 
 _SEED = 0x5EED
 _FALSE = ("0", "false", "off", "no")
@@ -172,6 +191,91 @@ def tensor_line(t: Any) -> str:
         return " ".join([header, *extras, _stats_text(tensor_summary(x))])
     except Exception as exc:  # the debugger must always get a line
         return f"{header} (no stats: {type(exc).__name__})"
+
+
+def holds_tensor(value: Any, depth: int = 0) -> bool:
+    """Whether a tensor is among the items ``container_line`` would show (bounded: never a whole big list)."""
+    for item in _shown_items(value):
+        if isinstance(item, torch.Tensor):
+            return True
+        if type(item) in CONTAINERS and depth < CONTAINER_DEPTH and holds_tensor(item, depth + 1):
+            return True
+    return False
+
+
+def container_line(value: Any) -> str | None:
+    """``(tensor[16, 16, 32, 32] f32 cpu μ=… σ=… [-1, 1], None)``: a tuple, list or dict as one line.
+
+    None when ``value`` is not one of ``CONTAINERS`` or holds no tensor among the
+    items it would show (debugpy's own text stays). Never raises.
+    """
+    try:
+        if type(value) not in CONTAINERS or not holds_tensor(value):
+            return None
+        return _ContainerLine().text(value, 0)
+    except Exception:
+        return None
+
+
+def _shown_items(value: Any) -> list[Any]:
+    """The first ``CONTAINER_ITEMS`` items (dict: values) of a container; [] for anything else."""
+    kind = type(value)
+    if kind is dict:
+        return list(itertools.islice(value.values(), CONTAINER_ITEMS))
+    if kind is tuple or kind is list:
+        return list(value[:CONTAINER_ITEMS])
+    return []
+
+
+class _ContainerLine:
+    """One container's line; counts the tensors summarised so far, so the line stays cheap."""
+
+    def __init__(self) -> None:
+        self.summaries_left = CONTAINER_SUMMARIES
+
+    def text(self, value: Any, depth: int) -> str:
+        kind = type(value)
+        opening, closing = {tuple: "()", list: "[]", dict: "{}"}[kind]
+        if depth > CONTAINER_DEPTH:
+            return f"{opening}…{len(value)}{closing}"
+        if kind is dict:
+            pairs = itertools.islice(value.items(), CONTAINER_ITEMS)
+            parts = [f"{_short_repr(k)}: {self.item(v, depth)}" for k, v in pairs]
+        else:
+            parts = [self.item(v, depth) for v in value[:CONTAINER_ITEMS]]
+        if len(value) > CONTAINER_ITEMS:
+            parts.append(f"…+{len(value) - CONTAINER_ITEMS}")
+        trailing = "," if kind is tuple and len(value) == 1 else ""
+        return f"{opening}{', '.join(parts)}{trailing}{closing}"
+
+    def item(self, value: Any, depth: int) -> str:
+        if isinstance(value, torch.Tensor):
+            if self.summaries_left <= 0:
+                try:
+                    return _header(value)
+                except Exception:
+                    return f"<{type(value).__name__}>"
+            self.summaries_left -= 1
+            return tensor_line(value)
+        if type(value) in CONTAINERS:
+            return self.text(value, depth + 1)
+        if isinstance(value, torch.nn.Module):
+            return f"<{type(value).__name__}>"  # a module's repr prints its whole tree
+        return _short_repr(value)
+
+
+_PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size)
+
+
+def _short_repr(value: Any) -> str:
+    """A cut repr of plain values; other objects by class only (their repr may format tensors)."""
+    if not isinstance(value, _PLAIN_TYPES):
+        return f"<{type(value).__name__}>"
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= CONTAINER_SCALAR_CHARS else text[: CONTAINER_SCALAR_CHARS - 1] + "…"
 
 
 def module_line(m: Any) -> str:

@@ -89,6 +89,41 @@ def test_module_line_and_children():
     assert row["[:10]"] == list(range(10))
 
 
+def test_containers_of_tensors_are_one_line_of_summaries():
+    grad = torch.full((16, 16, 32, 32), 2.0)
+    assert tensor_repr.container_line((grad,)) == "(tensor[16, 16, 32, 32] f32 cpu μ=2 σ=0 [2, 2],)"
+    assert tensor_repr.container_line((None, torch.ones(3))) == "(None, tensor[3] f32 cpu x=[1, 1, 1])"
+    assert tensor_repr.container_line({"a": [torch.zeros(2), 7], "b": "x" * 100}) == (
+        "{'a': [tensor[2] f32 cpu x=[0, 0], 7], 'b': '" + "x" * 38 + "…}")
+    # No tensor among the items shown: None (debugpy's own text stays).
+    assert tensor_repr.container_line([1, 2, 3]) is None
+    assert tensor_repr.container_line(torch.ones(2)) is None
+    # Objects that are not plain values show by class: their repr may format tensors.
+    class Batch:
+        def __repr__(self) -> str:
+            raise AssertionError("repr must not be called")
+    assert tensor_repr.container_line([torch.ones(1), Batch(), torch.nn.Linear(2, 2)]) == (
+        "[tensor[1] f32 cpu x=[1], <Batch>, <Linear>]")
+
+
+def test_container_lines_are_bounded():
+    n = tensor_repr.CONTAINER_ITEMS
+    long = [torch.ones(1)] * 50
+    assert tensor_repr.container_line(long).endswith(f", …+{50 - n}]")
+    assert tensor_repr.container_line(long).count("tensor[1]") == n
+    # Only the items shown are looked at: a tensor after a million numbers leaves the list alone.
+    assert tensor_repr.container_line(list(range(10**6)) + [torch.ones(2)]) is None
+    # Nesting: a level deeper than CONTAINER_DEPTH is a count, and a tensor only there does not count.
+    deep = [[[torch.ones(2), [torch.ones(2)]]]]
+    assert tensor_repr.container_line(deep) == "[[[tensor[2] f32 cpu x=[1, 1], […1]]]]"
+    assert tensor_repr.container_line([[[[torch.ones(2)]]]]) is None
+    # At most CONTAINER_SUMMARIES tensors are summarised; the rest show shape, dtype and device.
+    nested = tuple([torch.randn(3, 30)] * 4 for _ in range(3))
+    line = tensor_repr.container_line(nested)
+    assert line.count("μ=") == tensor_repr.CONTAINER_SUMMARIES == 8
+    assert line.endswith(", [tensor[3, 30] f32 cpu, tensor[3, 30] f32 cpu, tensor[3, 30] f32 cpu, tensor[3, 30] f32 cpu])")
+
+
 def test_switch_reads_the_environment(monkeypatch):
     monkeypatch.setenv(tensor_repr.ENV_SWITCH, "0")
     assert not tensor_repr.enabled()
@@ -120,14 +155,29 @@ def test_plugin_is_found_by_pydevd_and_never_imports_torch():
     assert "tensor True tensor[20] f32 cpu μ=1 σ=0 [1, 1]" in out
 
 
+def test_plugin_presents_containers_of_tensors_even_when_asked_before_torch_is_imported():
+    # pydevd caches can_provide per type: a tuple shown before `import torch` must not lose the line.
+    out = _run_plugin(
+        "import sys\n"
+        "from _pydevd_bundle.pydevd_extension_api import StrPresentationProvider\n"
+        "from _pydevd_bundle.pydevd_extension_utils import extensions_of_type\n"
+        "p = [p for p in extensions_of_type(StrPresentationProvider) if type(p).__name__ == 'HookscopeTensorStr'][0]\n"
+        "print('tuple', p.can_provide(tuple, 'tuple'), p.get_str((1, 2)), 'torch' in sys.modules)\n"
+        "import torch\n"
+        "print('after', p.get_str((torch.ones(2),)), p.get_str([1]), p.get_str({'k': torch.zeros(1)}))\n")
+    assert "tuple True None False" in out
+    assert "after (tensor[2] f32 cpu x=[1, 1],) None {'k': tensor[1] f32 cpu x=[0]}" in out
+
+
 def test_plugin_steps_aside_when_switched_off():
     out = _run_plugin(
         "import torch\n"
         "from _pydevd_bundle.pydevd_extension_api import StrPresentationProvider\n"
         "from _pydevd_bundle.pydevd_extension_utils import extensions_of_type\n"
         "p = [p for p in extensions_of_type(StrPresentationProvider) if type(p).__name__ == 'HookscopeTensorStr'][0]\n"
-        "print('tensor', p.can_provide(torch.Tensor, 'Tensor'))\n", {"HOOKSCOPE_TENSOR_VIEW": "0"})
-    assert "tensor False" in out
+        "print('tensor', p.can_provide(torch.Tensor, 'Tensor'), 'tuple', p.can_provide(tuple, 'tuple'))\n",
+        {"HOOKSCOPE_TENSOR_VIEW": "0"})
+    assert "tensor False tuple False" in out
 
 
 # ---------------------------------------------------------------- inspector

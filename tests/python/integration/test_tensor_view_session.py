@@ -58,6 +58,11 @@ def outer():
     w = model.weight
     nested = {"a": [torch.full((2, 3), 5.0), 7], "b": Batch(torch.eye(4) * 2, 1)}
     big = torch.randn(2048, 2048)
+    grads = (torch.full((16, 16, 32, 32), 0.5),)
+    pair = [torch.ones(2, 2), None, slow]
+    by_name = {"w": torch.zeros(3, 3), "n": 4}
+    plain = (1, "a", [2.5])
+    many = [torch.ones(1)] * 20 + [torch.randn(4, 4)]
     return inner(2.0) + x.sum() * 0 + half.float().sum() * 0
 
 
@@ -127,6 +132,25 @@ def test_variables_show_the_summary_line_and_show_in_hookscope_renders_any_frame
         # The subclass with a minute-long __repr__ is shown at once, and its __repr__ never ran.
         assert variables["slow"]["value"].startswith("tensor[64, 64] f32 cpu μ=")
         assert not marker.exists()
+
+        # Tuples, lists and dicts of tensors: one line of summaries, never the data's text.
+        grads_line = "(tensor[16, 16, 32, 32] f32 cpu μ=0.5 σ=0 [0.5, 0.5],)"
+        assert variables["grads"]["value"] == grads_line
+        pair_line = variables["pair"]["value"]
+        assert pair_line.startswith("[tensor[2, 2] f32 cpu x=[1, 1, 1, 1], None, tensor[64, 64] f32 cpu μ="), pair_line
+        assert variables["by_name"]["value"] == "{'w': tensor[3, 3] f32 cpu μ=0 σ=0 [0, 0], 'n': 4}"
+        assert variables["plain"]["value"] == "(1, 'a', [2.5])"  # no tensor: debugpy's own text
+        many_line = variables["many"]["value"]
+        assert many_line.count("tensor[1]") == 8 and many_line.endswith(", …+13]"), many_line
+        assert variables["nested"]["value"].startswith("{'a': [tensor[2, 3] f32 cpu x=[5, 5, 5, 5, 5, 5], 7], 'b': <Batch>}")
+        assert not marker.exists()  # the slow subclass inside the list: its __repr__ never ran
+        # Expanding a tuple shows its tensors' lines as before.
+        assert _children(session, variables["grads"])["0"]["value"] == "tensor[16, 16, 32, 32] f32 cpu μ=0.5 σ=0 [0.5, 0.5]"
+        # The same text in Watch, hover and the Debug Console.
+        for context in ("watch", "hover", "repl"):
+            assert session.dap.evaluate("grads", outer["id"], context=context) == grads_line, context
+            assert session.dap.evaluate("by_name", outer["id"], context=context).startswith("{'w': tensor[3, 3] f32"), context
+            assert session.dap.evaluate("pair[:1]", outer["id"], context=context) == "[tensor[2, 2] f32 cpu x=[1, 1, 1, 1]]"
 
         # Expanding shows metadata, grad, grad_fn and a few slices, with evaluate names.
         children = _children(session, variables["x"])
@@ -227,6 +251,7 @@ def test_the_setting_turns_the_presentation_off(program, monkeypatch):
         by_name = {v["name"]: v for v in variables}
         assert by_name["x"]["value"].startswith("tensor([[[["), by_name["x"]["value"][:80]
         assert not by_name["model"]["value"].startswith("Linear ·")
+        assert by_name["grads"]["value"].startswith("(tensor([[[["), by_name["grads"]["value"][:80]
         assert marker.exists()  # debugpy's default does call __repr__ (what the first test rules out)
         session.resume(thread_id)
     finally:

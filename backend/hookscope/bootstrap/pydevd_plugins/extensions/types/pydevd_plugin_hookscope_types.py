@@ -5,8 +5,12 @@ formats its data (debugpy #1660, #1494, #1191: seconds to minutes on big or
 CUDA tensors). pydevd imports every ``pydevd_plugins.extensions.**.pydevd_plugin*``
 module on ``sys.path`` and asks each ``StrPresentationProvider`` /
 ``TypeResolveProvider`` whether it handles a type; these ones handle
-``torch.Tensor`` (line + children from ``hookscope.tensor_repr``) and
-``torch.nn.Module`` (class and parameter count).
+``torch.Tensor`` (line + children from ``hookscope.tensor_repr``),
+``torch.nn.Module`` (class and parameter count) and tuples, lists and dicts
+that hold tensors (``grad_output`` is a tuple): one line of their tensors'
+summaries. A container without a tensor gets debugpy's usual text (``get_str``
+returns None), so this plugin answers for every tuple, list and dict but only
+changes the ones with tensors.
 
 They never import torch themselves (a program that never did pays nothing),
 never raise into the debugger, and step aside when ``HOOKSCOPE_TENSOR_VIEW=0``
@@ -48,6 +52,9 @@ def _repr_module():
     return _tensor_repr
 
 
+_CONTAINERS = (tuple, list, dict)
+
+
 def _kind(type_object):
     """'tensor', 'module' or None, without importing torch."""
     torch = sys.modules.get("torch")
@@ -68,9 +75,15 @@ class HookscopeTensorStr(StrPresentationProvider):
     """The one-line text of tensors and modules."""
 
     def can_provide(self, type_object, type_name):
+        if type_object in _CONTAINERS:
+            # pydevd caches this answer per type, maybe before the program imports torch:
+            # say yes now and decide per value in get_str.
+            return _enabled()
         return _kind(type_object) is not None and _repr_module() is not None
 
     def get_str(self, val):
+        if type(val) in _CONTAINERS:
+            return self._container_str(val)
         try:
             tr = _repr_module()
             if _kind(type(val)) == "module":
@@ -78,6 +91,13 @@ class HookscopeTensorStr(StrPresentationProvider):
             return tr.tensor_line(val)
         except Exception:
             return "<%s>" % (type(val).__name__,)
+
+    def _container_str(self, val):
+        """The container's line when it holds tensors; None (debugpy's own text) otherwise."""
+        if "torch" not in sys.modules:
+            return None
+        tr = _repr_module()
+        return tr.container_line(val) if tr is not None else None
 
 
 class HookscopeTensorResolver(TypeResolveProvider):
