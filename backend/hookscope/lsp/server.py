@@ -306,8 +306,12 @@ def on_live_summaries(ls: HookscopeLanguageServer, params: Any) -> None:
     ls.refresh_lenses()
 
 
+LOG_FORMAT = "hookscope.lsp %(levelname)s %(name)s: %(message)s"
+"""How each record reaches stderr; the extension reads the level from it (extension/src/lsp/serverLog.ts)."""
+
+
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="hookscope.lsp %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     server.start_io()
 
 

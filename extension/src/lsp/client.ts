@@ -8,6 +8,8 @@
 
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import * as readline from 'node:readline';
+import type { Readable } from 'node:stream';
 import * as vscode from 'vscode';
 import {
   CloseAction,
@@ -19,6 +21,7 @@ import {
   type LanguageClientOptions,
   type ServerOptions,
 } from 'vscode-languageclient/node';
+import { logServerLine, ServerLogLevels } from './serverLog';
 
 export const LANGUAGE_SERVER_ID = 'hookscope.lsp';
 export const LIVE_SUMMARIES_NOTIFICATION = 'hookscope/liveSummaries';
@@ -111,6 +114,8 @@ export async function startLanguageServer(
     initializationOptions: initializationOptions(context),
     outputChannel: log,
     revealOutputChannelOn: RevealOutputChannelOn.Never,
+    // The client's default logs every stderr line as an error; the server's own records say their level.
+    stdioOptions: { stdout: (input, channel) => eachLine(input, (line) => channel.info(line)), stderr: logStderr },
     // The server is a helper: its failures are logged, never shown as modal errors.
     initializationFailedHandler: (error) => {
       log.error(`Hookscope language server failed to initialize: ${String(error)}`);
@@ -145,6 +150,15 @@ export async function startLanguageServer(
   }
   log.info(`Hookscope language server started (${pythonPath} -m hookscope.lsp).`);
   return client;
+}
+
+function eachLine(input: Readable, onLine: (line: string) => void): void {
+  readline.createInterface({ input, crlfDelay: Infinity, terminal: false, historySize: 0 }).on('line', onLine);
+}
+
+function logStderr(input: Readable, channel: vscode.LogOutputChannel): void {
+  const levels = new ServerLogLevels(); // one per server process: a record never spans two
+  eachLine(input, (line) => logServerLine(levels, channel, line));
 }
 
 /** Stops the server if it runs; never throws (logs instead). */
