@@ -33,6 +33,7 @@ from torch import nn
 
 from hookscope.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
 from hookscope.leaf_hooks import LeafHooks, hook_gradient
+from hookscope.lsp.analysis.call_targets import EVERY_ENTRY, Target, called_target, local_layer_names
 from hookscope.protocol import PHASES
 from hookscope.summaries import tensors_in
 
@@ -168,15 +169,17 @@ class ModelIndex:
             targets = sites.get(line)
             if not targets or not same_file(source, file):
                 continue
-            for attr, every_child in targets:
+            for attr, key in targets:
                 child = module._modules.get(attr)
                 if child is None:
                     continue
                 prefix = f"{name}.{attr}" if name else attr
-                if every_child:
-                    found.extend(f"{prefix}.{sub}" for sub in child._modules)
-                else:
+                if key is None:
                     found.append(prefix)
+                elif key == EVERY_ENTRY:
+                    found.extend(f"{prefix}.{sub}" for sub in child._modules)
+                elif key in child._modules:
+                    found.append(f"{prefix}.{key}")
         return found
 
     def call_site(self, layer: str) -> tuple[str, int] | None:
@@ -188,26 +191,31 @@ class ModelIndex:
             if ancestor is None:
                 continue
             source, sites = _call_sites(type(ancestor))
+            entry = parts[depth + 1] if depth + 1 < len(parts) else None
             lines = [line for line, targets in sites.items()
-                     if any(attr == parts[depth] for attr, _ in targets)]
+                     if any(attr == parts[depth] and key in (None, EVERY_ENTRY, entry) for attr, key in targets)]
             if source and lines:
                 return source, min(lines)
         return None
 
 
-_call_site_cache: dict[type, tuple[str, dict[int, list[tuple[str, bool]]]]] = {}
+_call_site_cache: dict[type, tuple[str, dict[int, list[Target]]]] = {}
 
 
-def _call_sites(cls: type) -> tuple[str, dict[int, list[tuple[str, bool]]]]:
-    """Source file of cls.forward and line → [(child attribute, every element?)] called there.
+def _call_sites(cls: type) -> tuple[str, dict[int, list[Target]]]:
+    """Source file of cls.forward and line → [(child attribute, entry key)] called there.
 
-    Covers ``self.conv1(x)``, ``self.blocks[i](x)`` and ``for blk in self.blocks: blk(x)``
-    (the last two select every element of the container).
+    The same call forms as the language server's call-site lenses
+    (``hookscope.lsp.analysis.call_targets``): ``self.conv1(x)`` (key None),
+    ``self.heads["cls"](x)`` / ``self.blocks[2](x)`` (that entry),
+    ``self.blocks[i](x)`` and ``for blk in self.blocks: blk(x)`` (every entry:
+    ``EVERY_ENTRY``), and each of these through a local name (``b = self.branches;
+    b["mix"](h)``).
     """
     cached = _call_site_cache.get(cls)
     if cached is not None:
         return cached
-    sites: dict[int, list[tuple[str, bool]]] = {}
+    sites: dict[int, list[Target]] = {}
     try:
         forward = cls.forward  # type: ignore[attr-defined]
         file = inspect.getsourcefile(forward) or ""
@@ -217,37 +225,24 @@ def _call_sites(cls: type) -> tuple[str, dict[int, list[tuple[str, bool]]]]:
         _call_site_cache[cls] = ("", sites)
         return _call_site_cache[cls]
     offset = start - 1
-    loop_vars: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.For) and isinstance(node.target, ast.Name):
-            attr = _self_attr(node.iter)
-            if attr is not None:
-                loop_vars[node.target.id] = attr
+    function = tree.body[0] if tree.body else None
+    params = function.args.posonlyargs + function.args.args if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+    if not params:  # not a def with a self parameter (a lambda, an assignment): no call sites
+        _call_site_cache[cls] = (file, sites)
+        return _call_site_cache[cls]
+    assert isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+    self_name = params[0].arg
+    names = local_layer_names(function, self_name)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        target: tuple[str, bool] | None = None
-        func = node.func
-        attr = _self_attr(func)
-        if attr is not None:
-            target = (attr, False)
-        elif isinstance(func, ast.Subscript) and _self_attr(func.value) is not None:
-            target = (_self_attr(func.value) or "", True)
-        elif isinstance(func, ast.Name) and func.id in loop_vars:
-            target = (loop_vars[func.id], True)
+        target = called_target(node.func, self_name, names)
         if target is None:
             continue
         for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
             sites.setdefault(line + offset, []).append(target)
     _call_site_cache[cls] = (file, sites)
     return _call_site_cache[cls]
-
-
-def _self_attr(node: ast.expr) -> str | None:
-    """'conv1' for ``self.conv1``; None otherwise."""
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-        return node.attr
-    return None
 
 
 # ---------------------------------------------------------------------------

@@ -68,6 +68,45 @@ def test_call_site_line_selects_the_called_layer(setup):
     assert set_bp(engine, hits, file=file, line=line)[0]["layers"] == ["layer1.0.conv1", "layer1.1.conv1"]
 
 
+def test_calls_through_local_names_and_a_chosen_instance():
+    from branch_models import Block, Gate, Stack
+    model = Stack()
+    engine = Engine(lambda _: None, shapes=False)
+    engine.add_model("m", model)
+    try:
+        mix = [f"blocks.{i}.branches.mix" for i in range(3)]
+        file, line = line_of(Block, 'mixed = b["mix"](h)')
+        assert engine.set_breakpoints([{"id": "a", "file": file, "line": line}])[0]["layers"] == mix
+        file, line = line_of(Gate, "return self.damp(torch.sigmoid(f(h)))")
+        assert engine.set_breakpoints([{"id": "a", "file": file, "line": line}])[0]["layers"] == [
+            f"blocks.{i}.branches.gate.{name}" for i in range(3) for name in ("lin", "damp")]
+        # The conditional definition line: every instance, whichever branch made it.
+        file, line = line_of(Gate, "self.damp = Damp() if damp else nn.Identity()")
+        assert engine.set_breakpoints([{"id": "a", "file": file, "line": line}])[0]["layers"] == [
+            f"blocks.{i}.branches.gate.damp" for i in range(3)]
+        # One instance chosen among those of a line (what the editor sends after its QuickPick):
+        # layer and line together select it alone, on a call line and on a definition line.
+        hits: list = []
+        resolved = engine.set_breakpoints([{"id": "a", "file": file, "line": line, "layer": "blocks.2.branches.gate.damp",
+                                            "callback": hits.append}])
+        assert resolved == [{"id": "a", "layers": ["blocks.2.branches.gate.damp"]}]
+        file, line = line_of(Block, 'mixed = b["mix"](h)')
+        resolved = engine.set_breakpoints([{"id": "b", "file": file, "line": line, "layer": mix[1], "callback": hits.append}])
+        assert resolved == [{"id": "b", "layers": [mix[1]]}]
+        model(torch.randn(2, 4))
+        assert [h.layer for h in hits] == [mix[1]]
+        resolved = engine.set_breakpoints([{"id": "a", "file": file, "line": line, "layer": "blocks.1.branches.gate"}])
+        assert "matches no layer" in resolved[0]["error"]
+        # The line that calls an instance's branch is the one naming it (b["gate"], not b["mix"]).
+        index = engine._indexes["m"]
+        assert index.call_site("blocks.2.branches.gate") == line_of(Block, 'gated = b["gate"](h)')
+        assert index.call_site("blocks.2.branches.mix") == line_of(Block, 'mixed = b["mix"](h)')
+        assert index.call_site("blocks.2") == line_of(Stack, "h = block(h)")
+    finally:
+        engine.shutdown()
+    assert hooks_left(model) == []
+
+
 def test_explicit_locations_are_used(setup):
     model, engine, _ = setup
     engine.add_model("m2", model, locations={"fc2": ("/src/net.py", 7)})

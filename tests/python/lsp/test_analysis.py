@@ -145,3 +145,50 @@ def test_a_header_that_a_colon_does_not_repair_is_neutralised_in_place_and_the_c
     assert sorted(analysis.parsed.repaired_lines) == [9, 13]
     assert [d.path for d in analysis.layers] == ["conv", "fc"]
     assert [c.layer.path for c in analysis.calls] == ["conv", "fc"]
+
+
+def test_a_conditional_definition_is_one_layer_spanning_the_whole_expression():
+    source = """
+        import torch.nn as nn
+
+        class Gate(nn.Module):
+            def __init__(self, damp):
+                super().__init__()
+                self.damp = (Damp(3)
+                             if damp else nn.Identity())
+                self.plain = torch_thing() if damp else nn.ReLU(inplace=True)
+                self.none = None if damp else object()
+
+        class Damp(nn.Module):
+            pass
+    """
+    analysis = analyze(textwrap.dedent(source))
+    by_path = {d.path: d for d in analysis.layers}
+    assert set(by_path) == {"damp", "plain"}
+    damp = by_path["damp"]
+    assert (damp.cls, damp.user_defined, damp.line) == ("Damp", True, 6)
+    assert (damp.call_span.start_line, damp.call_span.end_line) == (6, 7), "both branches' lines belong to it"
+    assert damp.constructor_text == "Damp(3) if damp else nn.Identity()"  # the hover shows both branches
+    assert by_path["plain"].cls == "ReLU" and by_path["plain"].inplace
+
+
+def test_calls_through_local_names_name_the_entry_they_call():
+    source = """
+        import torch.nn as nn
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.heads = nn.ModuleDict({"cls": nn.Linear(2, 2)})
+                self.fc = nn.Linear(2, 2)
+
+            def forward(self, x, key):
+                f, h = self.fc, self.heads
+                g = self.fc
+                heads = self.heads
+                y = heads["cls"](x) + heads[key](x) + heads.cls(x)
+                return g(y) + self.heads["missing"](y)
+    """
+    analysis = analyze(textwrap.dedent(source))
+    assert [(c.line, c.layer.path) for c in analysis.calls] == [
+        (13, "heads.cls"), (13, "heads"), (14, "fc"), (14, "heads")]

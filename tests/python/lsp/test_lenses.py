@@ -54,6 +54,26 @@ async def test_lenses_sit_on_every_definition_style_and_call_site(client: Langua
     assert found == marked_sites(text)
 
 
+async def test_lenses_on_calls_through_local_names_and_on_conditional_definitions(client: LanguageClient):
+    path = FIXTURES / "layers_local_names.py"
+    uri = open_document(client, path)
+    lenses = await lenses_for(client, uri)
+    found = {(lens.command.arguments[0]["line"], lens.command.arguments[0]["site"], lens.command.arguments[0]["layer"])
+             for lens in lenses}
+    assert found == marked_sites(path.read_text())
+    # The lens sits over the called expression (b["mix"]), and the conditional is one layer of the first branch's class.
+    text_lines = path.read_text().splitlines()
+    mix = next(lens for lens in lenses if lens.command.arguments[0]["layer"] == "branches.mix"
+               and lens.command.arguments[0]["site"] == "call")
+    line = text_lines[mix.range.start.line]
+    assert line[mix.range.start.character:mix.range.end.character] == 'b["mix"]'
+    assert mix.command.title == "branches['mix']: Break on forward"
+    damp = [lens for lens in lenses if lens.command.arguments[0]["layer"] == "damp"
+            and lens.command.arguments[0]["site"] == "definition"]
+    assert [lens.command.title for lens in damp] == ["Break on forward", "Break on backward", "Watch"]
+    assert damp[0].command.arguments[0]["cls"] == "Damp"
+
+
 async def test_each_layer_gets_three_lenses_with_the_extension_commands(client: LanguageClient):
     uri = open_document(client, ALL_STYLES)
     lenses = await lenses_for(client, uri)

@@ -5,8 +5,12 @@ subclass from the same file, found where it becomes part of a model:
 ``self.x = ...`` (or ``self.add_module('x', ...)``) in a method of a module
 class, an entry of ``nn.Sequential`` / ``nn.ModuleList`` / ``nn.ModuleDict``
 (recursively), or a variable assigned outside module classes
-(``model = nn.Sequential(...)``). Call sites are ``self.x(...)`` inside the
-methods of the class that owns ``x`` (or a subclass of it in the file).
+(``model = nn.Sequential(...)``), also as either branch of a conditional
+(``self.damp = Damp() if cfg.damp else nn.Identity()``). Call sites are
+``self.x(...)`` inside the methods of the class that owns ``x`` (or a
+subclass of it in the file), an entry of it (``self.heads["cls"](x)``) and
+the same through a local name (``f = self.fc; f(x)``, ``b = self.branches;
+b["mix"](h)``, ``for block in self.blocks: block(x)``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from .call_targets import EVERY_ENTRY, Target, called_target, is_name, local_layer_names, walk_statements
 from .model import DefinitionKind, LayerCall, LayerDefinition, ModuleClass
 from .source import Positions, Span
 from .torch_names import CONTAINERS, EXTERNAL_MODULE_BASES, TorchNames
@@ -96,7 +101,7 @@ class LayerFinder:
         if self_name is None:
             return
         local_constructors: dict[str, ast.Call] = {}
-        for statement in _walk_statements(method.body):
+        for statement in walk_statements(method.body):
             target, value = _single_assignment(statement)
             if target is None or value is None:
                 if isinstance(statement, ast.Expr):
@@ -105,21 +110,38 @@ class LayerFinder:
             if isinstance(target, ast.Name) and isinstance(value, ast.Call) and self.layer_class(value):
                 local_constructors[target.id] = value
                 continue
-            if not (isinstance(target, ast.Attribute) and _is_name(target.value, self_name)):
+            if not (isinstance(target, ast.Attribute) and is_name(target.value, self_name)):
                 continue
             if isinstance(value, ast.Name) and value.id in local_constructors:
                 value = local_constructors[value.id]
-            if isinstance(value, ast.Call):
+            call, whole = self._constructor_of(value)
+            if call is not None:
                 name_span = self.positions.span(target)
                 attr_span = _attribute_name_span(name_span, target.attr)
-                self._add(owner, target.attr, target.attr, value, "attribute", attr_span, top_level=True)
+                self._add(owner, target.attr, target.attr, call, "attribute", attr_span, top_level=True, whole=whole)
+
+    def _constructor_of(self, value: ast.expr) -> tuple[ast.Call | None, ast.expr | None]:
+        """(the call to record, the whole expression when it is a conditional) for an assigned value.
+
+        ``Damp() if cfg.damp else nn.Identity()`` is one layer whichever branch runs: its first
+        branch that constructs a layer stands for it (class, arguments), the whole expression for
+        its place in the file.
+        """
+        if isinstance(value, ast.Call):
+            return value, None
+        if isinstance(value, ast.IfExp):
+            for branch in (value.body, value.orelse):
+                call, _ = self._constructor_of(branch)
+                if call is not None and self.layer_class(call) is not None:
+                    return call, value
+        return None, None
 
     def _scan_add_module(self, owner: ModuleClass, self_name: str, expr: ast.expr) -> None:
         if not (
             isinstance(expr, ast.Call)
             and isinstance(expr.func, ast.Attribute)
             and expr.func.attr in ("add_module", "register_module")
-            and _is_name(expr.func.value, self_name)
+            and is_name(expr.func.value, self_name)
             and len(expr.args) == 2
         ):
             return
@@ -131,9 +153,11 @@ class LayerFinder:
         """``model = nn.Sequential(...)`` outside module classes."""
         for statement in _walk_outside_classes(tree.body, class_nodes):
             target, value = _single_assignment(statement)
-            if isinstance(target, ast.Name) and isinstance(value, ast.Call):
-                span = self.positions.span(target)
-                self._add(None, "", target.id, value, "variable", span, top_level=False)
+            if not isinstance(target, ast.Name) or value is None:
+                continue
+            call, whole = self._constructor_of(value)
+            if call is not None:
+                self._add(None, "", target.id, call, "variable", self.positions.span(target), top_level=False, whole=whole)
 
     def _add(
         self,
@@ -145,7 +169,9 @@ class LayerFinder:
         name_span: Span,
         *,
         top_level: bool,
+        whole: ast.expr | None = None,
     ) -> None:
+        """``whole``: the conditional expression ``call`` is a branch of (its span and text are the layer's)."""
         found = self.layer_class(call)
         if found is None:
             return
@@ -157,9 +183,9 @@ class LayerFinder:
             user_defined=user_defined,
             owner=owner.name if owner else None,
             kind=kind,
-            call_span=self.positions.span(call),
+            call_span=self.positions.span(whole or call),
             name_span=name_span,
-            constructor_text=_shorten(self.positions.text(call)),
+            constructor_text=_shorten(self.positions.text(whole or call)),
             inplace=_has_true_keyword(call, "inplace"),
             call_node=call,
         )
@@ -244,33 +270,46 @@ class LayerFinder:
         return merged
 
     def _scan_calls(self) -> None:
-        """``self.<layer>(...)`` calls, found from the file's call index."""
+        """Calls of a class's layers in its methods, from the file's call index: ``self.x(...)``,
+        ``self.x[key](...)`` and the same through a local name."""
         parents = self.index.parents
         layers_of: dict[str, dict[str, LayerDefinition]] = {}
+        names_of: dict[int, dict[str, Target]] = {}
+        entries = {(d.owner, d.path): d for d in self.definitions if d.owner is not None}
         for node in self.index.of(ast.Call):
             func = node.func
-            if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+            if not isinstance(func, (ast.Attribute, ast.Name, ast.Subscript)):
                 continue
             method = _enclosing_method(parents, node)
             if method is None:
                 continue
             function, class_node = method
             module_class = self.classes.get(class_node.name)
-            if module_class is None or module_class.node is not class_node or _first_param(function) != func.value.id:
+            self_name = _first_param(function)
+            if module_class is None or module_class.node is not class_node or self_name is None:
+                continue
+            if id(function) not in names_of:
+                names_of[id(function)] = local_layer_names(function, self_name)
+            target = called_target(func, self_name, names_of[id(function)])
+            if target is None:
                 continue
             if module_class.name not in layers_of:
                 layers_of[module_class.name] = self.attribute_layers(module_class)
-            layer = layers_of[module_class.name].get(func.attr)
-            if layer is not None:
-                self.calls.append(
-                    LayerCall(
-                        layer=layer,
-                        attribute_span=self.positions.span(func),
-                        call_span=self.positions.span(node),
-                        call_node=node,
-                        method=function.name,
-                    )
+            attr, key = target
+            layer = layers_of[module_class.name].get(attr)
+            if layer is None:
+                continue
+            if key is not None and key != EVERY_ENTRY:  # an entry defined in the container's call, if it is
+                layer = entries.get((layer.owner, f"{layer.path}.{key}"), layer)
+            self.calls.append(
+                LayerCall(
+                    layer=layer,
+                    attribute_span=self.positions.span(func),
+                    call_span=self.positions.span(node),
+                    call_node=node,
+                    method=function.name,
                 )
+            )
 
 
 def _enclosing_method(
@@ -302,30 +341,12 @@ def _first_param(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None
     return params[0].arg if params else None
 
 
-def _is_name(node: ast.expr, name: str) -> bool:
-    return isinstance(node, ast.Name) and node.id == name
-
-
 def _single_assignment(statement: ast.stmt) -> tuple[ast.expr | None, ast.expr | None]:
     if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
         return statement.targets[0], statement.value
     if isinstance(statement, ast.AnnAssign) and statement.value is not None:
         return statement.target, statement.value
     return None, None
-
-
-def _walk_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Statements of a function body, entering if/for/with/try but not nested defs."""
-    for statement in body:
-        yield statement
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        for name in ("body", "orelse", "finalbody"):
-            yield from _walk_statements(getattr(statement, name, []) or [])
-        for handler in getattr(statement, "handlers", []) or []:
-            yield from _walk_statements(handler.body)
-        for case in getattr(statement, "cases", []) or []:
-            yield from _walk_statements(case.body)
 
 
 def _walk_outside_classes(body: list[ast.stmt], class_nodes: set[int]) -> Iterator[ast.stmt]:

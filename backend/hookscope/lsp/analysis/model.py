@@ -30,7 +30,7 @@ class LayerDefinition:
     """The ``nn.Module`` subclass whose attribute this is, None for a variable."""
     kind: DefinitionKind
     call_span: Span
-    """The constructor call ``nn.Conv2d(...)``."""
+    """The constructor call ``nn.Conv2d(...)`` (a conditional ``A() if c else B()``: all of it)."""
     name_span: Span
     """Where the name is written (``conv1`` in ``self.conv1 = ...``); the
     constructor's class name for container entries."""
@@ -39,6 +39,7 @@ class LayerDefinition:
     inplace: bool
     """Constructed with ``inplace=True`` (``nn.ReLU(inplace=True)``)."""
     call_node: ast.Call = field(compare=False, repr=False)
+    """The constructor call (of a conditional: its first branch that constructs a layer)."""
 
     @property
     def line(self) -> int:
@@ -48,11 +49,12 @@ class LayerDefinition:
 
 @dataclass(frozen=True, slots=True)
 class LayerCall:
-    """A call of a layer attribute in a method: ``self.conv1(x)``."""
+    """A call of a layer attribute in a method: ``self.conv1(x)``, ``self.heads["cls"](x)``, ``f(x)``
+    after ``f = self.fc``."""
 
     layer: LayerDefinition
     attribute_span: Span
-    """The ``self.conv1`` expression."""
+    """The called expression: ``self.conv1``, ``self.heads["cls"]``, ``f``, ``b["mix"]``."""
     call_span: Span
     call_node: ast.Call = field(compare=False, repr=False)
     method: str
