@@ -30,7 +30,7 @@ from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
 from hookscope.conditions import REPLAY, HookEvent
 from hookscope.kept_outputs import BreakpointOutputs, Kept, keep_call
 from hookscope.leaf_hooks import LeafHooks
-from hookscope.nonfinite import NonFiniteWatch
+from hookscope.nonfinite import REARM_RULE, NonFiniteWatch
 from hookscope.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
 from hookscope.render_subject import Subject
 from hookscope.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, SummaryBudget
@@ -536,6 +536,8 @@ class Engine:
         nan_origin = event.extra.get("nan_origin")
         if nan_origin is not None:
             message["op"] = nan_origin.as_fields()
+        if bp_id == NONFINITE_ID:
+            message["rearm"] = REARM_RULE
         self._emit(message)
         if filtered and not self._filtered_notice_sent:
             self._filtered_notice_sent = True
@@ -859,7 +861,8 @@ class Engine:
         return hook
 
     def _step_of(self, model_id: str) -> int:
-        return self._steps.get(model_id, 0)
+        """The current step of a model (``protocol.STEP_MEANING``): 0 during the first forward seen."""
+        return max(self._steps.get(model_id, 0) - 1, 0)
 
     # ------------------------------------------------------------------ shapes
 

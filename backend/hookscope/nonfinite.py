@@ -68,9 +68,18 @@ Limits
     reproduce the value, in which case the hit is reported at the root with
     that explanation. Only the last forward call of the root before the
     backward is replayed. When one tensor feeds several layers, a NaN born in
-    the backward of one of them is blamed on the innermost of them. After a
-    report the sentinel stays quiet until a step is clean again (no report
-    every step for weights that are already NaN).
+    the backward of one of them is blamed on the innermost of them.
+
+When it fires again (``REARM_RULE``, sent with each hit and shown in the panel)
+    A step (one forward of the root and its backward) stops at most once:
+    what follows a report in the same step comes from the same NaN. A later
+    bad step stops again when the model's parameters are finite (the NaN/Inf
+    was born anew in that step); when they hold NaN/Inf (the
+    optimizer spread the gradient into the weights) every step would stop, so
+    the sentinel stays quiet until a step runs clean, and says so once in a
+    notice (``nonfiniteQuiet``), and again when a clean step re-arms it
+    (``nonfiniteRearmed``). Telling the two apart costs one sync on a bad
+    step only.
 """
 
 from __future__ import annotations
@@ -99,6 +108,13 @@ log = logging.getLogger("hookscope")
 
 FireFn = Callable[[HookEvent, str, "str | None"], None]
 NoticeFn = Callable[[str, str, str], None]
+
+REARM_RULE = ("Break on NaN/Inf stops again at the next step with a new NaN/Inf; while the model's "
+              "parameters hold NaN/Inf it stays quiet until a step runs clean.")
+"""When break on NaN/Inf fires again after a stop (the ``rearm`` field of its hits)."""
+
+MAX_NAMED = 3
+"""Parameters named in the notice that says why the sentinel is quiet."""
 
 
 def _grads_finite(flat: list[torch.Tensor], norm: list[torch.Tensor], half: bool = False) -> bool:
@@ -158,10 +174,14 @@ class RootSentinel:
         self._callback_queued = False
         self.gradients_unchecked = False
         """A forward ran whose gradients were not checked yet (the optimizer hook asks)."""
-        self._latched = False
-        """A non-finite step was reported; quiet until a clean step."""
         self._clean_before = False
         """The last checked forward was clean (a parameter bad now was written after it)."""
+        self._forwards = 0
+        """Forward calls of the root seen (replays not counted): which step a check belongs to."""
+        self._reported_at: int | None = None
+        """``_forwards`` when the last report was made; None once a clean step re-armed the sentinel."""
+        self._quiet_told = False
+        """The notice saying the sentinel is quiet (parameters hold NaN/Inf) was sent."""
         self._call_open = False
         """``_pre`` took this call's snapshot: ``_post`` may check it (hooks that land while a
         forward runs see its end without its start, and leave that call alone)."""
@@ -208,6 +228,7 @@ class RootSentinel:
         if not self.active or REPLAY.depth:
             return
         try:
+            self._forwards += 1
             self._args, self._kwargs = args, kwargs
             self._grad_enabled = torch.is_grad_enabled()
             self._cpu_rng = torch.default_generator.clone_state()
@@ -248,8 +269,8 @@ class RootSentinel:
             # shortcut, one traced frame less); a non-finite sum is confirmed by all_finite.
             if not (len(outs) == 1 and outs[0].dtype is torch.float32 and outs[0].layout is torch.strided
                     and math.isfinite(outs[0].detach().sum().item())) and not all_finite(outs):
-                if not self._latched:
-                    self._latched = True
+                if self._may_report():
+                    self._reported_at = self._forwards
                     self._investigate_forward(output)
                 self._clean_before = False
                 return
@@ -300,14 +321,53 @@ class RootSentinel:
                     root_grads.append(grad)
             flat, norm = self.tensors.grad_groups(root_grads)
             if _grads_finite(flat, norm, self.tensors.half_grads):
-                self._latched = False
-            elif not self._latched:
-                self._latched = True
+                if self._reported_at is not None:
+                    self._rearm()
+            elif self._may_report():
+                self._reported_at = self._forwards
                 self._investigate_gradients(root_grads, replay)
         except BreakpointHit:
             raise  # the user chose 'raise'
         except Exception as exc:
             self._error("gradient check", exc)
+
+    # -- when to report again (REARM_RULE) ----------------------------------
+
+    def _may_report(self) -> bool:
+        """Whether this bad check should be investigated and reported (see REARM_RULE)."""
+        if self._reported_at is None:
+            return True
+        if self._reported_at == self._forwards:
+            return False  # this step was reported: the rest of it carries the same NaN
+        if all_finite(self.tensors.parameters()):
+            # The weights are fine: this NaN/Inf was born in this step. (Buffers are left out: a
+            # NaN batch leaves NaN BatchNorm running stats, which training-mode steps never read.)
+            return True
+        if not self._quiet_told:
+            self._quiet_told = True
+            self._notice("info", f"Break on NaN/Inf is quiet on model {self.model_id} from step "
+                         f"{self._step_of(self.model_id)}: {self._nonfinite_weights()} hold NaN/Inf now, so "
+                         "every step is bad; it stops again after a step runs clean.", "nonfiniteQuiet")
+        return False
+
+    def _rearm(self) -> None:
+        """A clean step after a report: the next bad step stops again."""
+        self._reported_at = None
+        if self._quiet_told:
+            self._quiet_told = False
+            self._notice("info", f"Break on NaN/Inf is armed again on model {self.model_id}: step "
+                         f"{self._step_of(self.model_id)} ran clean.", "nonfiniteRearmed")
+
+    def _nonfinite_weights(self) -> str:
+        """'fc1.weight, fc1.bias and 4 more' (the rare quiet notice: one check per tensor is fine)."""
+        root = self._root()
+        if root is None:
+            return "its parameters"
+        bad = [name for name, t in root.named_parameters() if not all_finite([t])]
+        if not bad:
+            return "its parameters"
+        named = ", ".join(bad[:MAX_NAMED])
+        return named + (f" and {len(bad) - MAX_NAMED} more" if len(bad) > MAX_NAMED else "")
 
     def _investigate_gradients(self, root_grads: list[torch.Tensor], replay: bool) -> None:
         if root_grads and not all_finite(root_grads):

@@ -73,6 +73,10 @@ ERROR_CODES = (ERR_BAD_MESSAGE, ERR_UNKNOWN_TYPE, ERR_UNKNOWN_LAYER, ERR_NOT_AVA
                ERR_INTERNAL, ERR_TOKEN, ERR_VERSION)
 
 PHASES = ("forward_pre", "forward", "backward", "param_grad")
+
+STEP_MEANING = ("step: forward calls of the model's root seen while Hookscope watches the model "
+                "(a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)`")
+"""What every ``step`` in the protocol counts (the panel and status show it as the step's tooltip)."""
 """Where a layer breakpoint can fire: before forward (inputs), after forward
 (outputs), on the module's gradients, and on each parameter's ``.grad``."""
 
@@ -119,20 +123,21 @@ MESSAGES: tuple[Message, ...] = (
         _f("layer", "str", "qualified module name"),
         _f("phase", "str", "one of PHASES"),
         _f("reason", "str", "human-readable reason shown as the stop reason"),
-        _f("step", "int", "training step (number of backward passes seen)"),
+        _f("step", "int", STEP_MEANING),
         _f("summaries", "list", "TensorSummary of inputs/outputs/gradients"),
         _f("pausing", "bool", "whether the debugger will pause (false: no debugger attached)"),
         _f("origin", "str", "for nonfinite: 'born here' or 'came in through inputs'", True),
         _f("op", "map", "for nonfinite: the op where the first NaN/Inf was born, from the replay: "
                          "op, phase, file, line, function, stack (user frames, innermost first), "
                          "node (backward), tensor (a parameter/buffer already non-finite)", True),
+        _f("rearm", "str", "for nonfinite: when break on NaN/Inf stops again after this stop", True),
     )),
     Message("summaries", "event", "toExtension",
             "Live summaries of watched layers, at the panel's rate.", (
         _f("model", "str", "model id"),
         _f("layer", "str", "qualified module name"),
         _f("phase", "str", "one of PHASES"),
-        _f("step", "int", "training step"),
+        _f("step", "int", STEP_MEANING),
         _f("tensors", "list", "TensorSummary list"),
     )),
     Message("shapes", "event", "toExtension",
@@ -196,7 +201,7 @@ MESSAGES: tuple[Message, ...] = (
     ), (
         _f("layer", "str", "qualified module name"),
         _f("tensors", "list", "TensorSummary list (inputs, outputs, gradients, parameter grads)"),
-        _f("step", "int", "step they were taken at"),
+        _f("step", "int", "the step they were taken at; " + STEP_MEANING),
     )),
     Message("getParamGrads", "request", "toBackend",
             "Summaries of every parameter's .grad of a model.", (

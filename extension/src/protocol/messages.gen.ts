@@ -181,7 +181,7 @@ export interface HitMessage {
   phase: string;
   /** human-readable reason shown as the stop reason */
   reason: string;
-  /** training step (number of backward passes seen) */
+  /** step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
   step: number;
   /** TensorSummary of inputs/outputs/gradients */
   summaries: TensorSummary[];
@@ -191,6 +191,8 @@ export interface HitMessage {
   origin?: string;
   /** for nonfinite: the op where the first NaN/Inf was born, from the replay: op, phase, file, line, function, stack (user frames, innermost first), node (backward), tensor (a parameter/buffer already non-finite) */
   op?: Record<string, unknown>;
+  /** for nonfinite: when break on NaN/Inf stops again after this stop */
+  rearm?: string;
 }
 
 /** Live summaries of watched layers, at the panel's rate. */
@@ -202,7 +204,7 @@ export interface SummariesMessage {
   layer: string;
   /** one of PHASES */
   phase: string;
-  /** training step */
+  /** step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
   step: number;
   /** TensorSummary list */
   tensors: TensorSummary[];
@@ -344,7 +346,7 @@ export interface GetSummariesResult {
   layer: string;
   /** TensorSummary list (inputs, outputs, gradients, parameter grads) */
   tensors: unknown[];
-  /** step they were taken at */
+  /** the step they were taken at; step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
   step: number;
 }
 
@@ -550,7 +552,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   hello: { kind: 'event', direction: 'toExtension', fields: [{ name: 'token', type: 'str', optional: false }, { name: 'protocol', type: 'int', optional: false }, { name: 'pid', type: 'int', optional: false }, { name: 'session', type: 'str', optional: true }, { name: 'rank', type: 'int', optional: false }, { name: 'worldSize', type: 'int', optional: false }, { name: 'python', type: 'str', optional: false }, { name: 'torch', type: 'str', optional: false }, { name: 'hookscope', type: 'str', optional: false }, { name: 'argv', type: 'list', optional: false }, { name: 'debugger', type: 'bool', optional: false }] },
   modelAdded: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'map', optional: false }] },
   modelRemoved: { kind: 'event', direction: 'toExtension', fields: [{ name: 'id', type: 'str', optional: false }] },
-  hit: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'reason', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'summaries', type: 'list', optional: false }, { name: 'pausing', type: 'bool', optional: false }, { name: 'origin', type: 'str', optional: true }, { name: 'op', type: 'map', optional: true }] },
+  hit: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'reason', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'summaries', type: 'list', optional: false }, { name: 'pausing', type: 'bool', optional: false }, { name: 'origin', type: 'str', optional: true }, { name: 'op', type: 'map', optional: true }, { name: 'rearm', type: 'str', optional: true }] },
   summaries: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'tensors', type: 'list', optional: false }] },
   shapes: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'shapes', type: 'map', optional: false }] },
   resumed: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }] },

@@ -80,11 +80,11 @@ def test_watch_streams_forward_and_backward_summaries(setup):
     assert ("fc1", "forward") in got and ("fc1", "backward") in got and ("layer1.0", "forward") in got
     fwd = next(e for e in events if e["type"] == "summaries" and e["layer"] == "fc1")
     protocol.validate(fwd)
-    assert {t["path"] for t in fwd["tensors"]} == {"inputs[0]", "output"} and fwd["step"] == 1
+    assert {t["path"] for t in fwd["tensors"]} == {"inputs[0]", "output"} and fwd["step"] == 0  # the first forward
     body = req(engine, "getSummaries", layer="fc1")
     paths = {t["path"] for t in body["tensors"]}
     assert {"inputs[0]", "output", "grad_output", "weight.grad", "bias.grad"} <= paths
-    assert body["step"] == 1
+    assert body["step"] == 0
     assert req(engine, "watch", layers=[]) == {"layers": []}
     model(batch(0)[0])
     assert hooks_left(model) == []

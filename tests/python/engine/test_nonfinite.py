@@ -70,12 +70,12 @@ def test_forward_nan_found_in_the_layer_that_produced_it_with_exact_replay():
     assert (hit.layer, hit.phase, hit.origin) == ("fc1", "forward", "born here")
     assert "first produced in layer fc1 (forward)" in hit.reason and "NaN" in hit.reason
     assert hit.breakpoint == "nonfinite"
-    # step 3 (0-based) is the 4th forward call; the replay's output is bit-identical to the
+    # step 3 is the 4th forward call; the replay's output is bit-identical to the
     # original (same dropout mask, same BatchNorm statistics): call 4 is the original forward.
     assert_same([hit.output], [seen[4]])
     hit_events = [e for e in events if e["type"] == "hit"]
     assert hit_events[0]["layer"] == "fc1" and hit_events[0]["origin"] == "born here"
-    assert hit_events[0]["step"] == 4 and hit_events[0]["pausing"] is False
+    assert hit_events[0]["step"] == 3 and hit_events[0]["pausing"] is False  # the script's step 3
     assert any(s["path"] == "output" and s["nan"] > 0 for s in hit_events[0]["summaries"])
     engine.shutdown()
     assert hooks_left(model) == ["fc1._forward_hooks"]  # only the user's own hook stays
@@ -169,6 +169,45 @@ def test_reports_once_until_a_clean_step_then_again():
     engine, _, hits, _ = run_with_engine(model, 6, {2: plant_forward_nan})
     assert len(hits) == 1  # weights stay NaN after step 2: one report, not one per step
     engine.shutdown()
+
+
+def test_after_a_stop_it_fires_at_the_next_new_nan_and_is_quiet_while_the_weights_are_nan():
+    """REARM_RULE: one stop per step; a later bad step stops again when the weights are finite;
+    while they hold NaN/Inf it is quiet (one notice) until a clean step re-arms it (one notice)."""
+    from hookscope import protocol
+    from hookscope.nonfinite import REARM_RULE
+
+    model = make()
+    engine, events, hits, _ = run_with_engine(model, 0, {})
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(10):
+        x, y = batch(step)
+        if step in (2, 3, 9):
+            x[0, 0, 0, 0] = float("nan")  # a bad batch: the weights stay finite (the update is skipped)
+        if step == 5:
+            plant_forward_nan(model)  # the weights themselves go bad...
+        if step == 8:
+            with torch.no_grad():
+                model.fc1.weight[3, 5] = 0.0  # ...until the user repairs them
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        if torch.isfinite(loss):  # the GradScaler way: no update from a bad step
+            opt.step()
+        opt.zero_grad()
+
+    # Steps 2 and 3 both stop (each once, although its backward is bad too); 6 and 7 are quiet.
+    assert [h.step for h in hits] == [2, 3, 5, 9], [(h.step, h.reason) for h in hits]
+    notices = [(e["code"], e["message"]) for e in events if e["type"] == "notice"]
+    quiet = [m for c, m in notices if c == "nonfiniteQuiet"]
+    rearmed = [m for c, m in notices if c == "nonfiniteRearmed"]
+    assert len(quiet) == 1 and "from step 6" in quiet[0] and "fc1.weight hold NaN/Inf" in quiet[0], quiet
+    assert len(rearmed) == 1 and "step 8 ran clean" in rearmed[0], rearmed
+    hit_events = [e for e in events if e["type"] == "hit"]
+    assert all(e["rearm"] == REARM_RULE for e in hit_events)
+    for event in hit_events:
+        protocol.validate(event)
+    engine.shutdown()
+    assert hooks_left(model) == []
 
 
 def test_raise_action_names_the_layer():
