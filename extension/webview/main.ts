@@ -8,7 +8,7 @@
 // createElement (the CSP allows no inline script or style).
 
 import './styles.css';
-import type { FromWebview, PanelFigure, PanelView, ToWebview, VisualKind } from '../src/protocol/webview';
+import { STEP_TOOLTIP, type FromWebview, type PanelFigure, type PanelView, type ToWebview, type VisualKind } from '../src/protocol/webview';
 import { parseChannels } from './format';
 import { Figures, type ShownImage } from './figures';
 import {
@@ -88,6 +88,7 @@ function buildLayout(): void {
         el('span', { class: 'headline', 'data-testid': 'panel-headline', text: 'Not connected' })),
       el('div', { class: 'detail', 'data-testid': 'panel-detail' }),
       el('div', { class: 'paused-reason', 'data-testid': 'panel-paused-reason' }),
+      el('div', { class: 'rearm', 'data-testid': 'panel-rearm' }),
       el('button', { class: 'toggle', 'data-testid': 'break-nonfinite', title: 'Pause at the first layer that produces NaN/Inf' })),
     el('section', { class: 'notices', 'data-testid': 'notices' }),
     inspectView.element,
@@ -219,7 +220,9 @@ function drawView(v: PanelView): void {
   status.className = `status-dot ${v.status}`;
   byTestId('panel-headline').textContent = v.headline;
   byTestId('panel-detail').textContent = v.detail;
+  byTestId('panel-detail').title = v.step !== undefined ? STEP_TOOLTIP : '';
   byTestId('panel-paused-reason').textContent = v.pausedReason ?? '';
+  byTestId('panel-rearm').textContent = v.rearm ? `After Continue: ${v.rearm}` : '';
   const toggle = byTestId<HTMLButtonElement>('break-nonfinite');
   toggle.textContent = `Break on NaN/Inf: ${v.breakOnNonFinite ? 'on' : 'off'}`;
   toggle.dataset.on = String(v.breakOnNonFinite);

@@ -8,9 +8,8 @@ const PYTHON = join(__dirname, '..', '..', '.venv', 'bin', 'python');
 
 function collect(lines: string[]): [ServerLogLevel, string][] {
   const out: [ServerLogLevel, string][] = [];
-  const sink = Object.fromEntries(
-    (['trace', 'debug', 'info', 'warn', 'error'] as const).map((level) => [level, (m: string) => out.push([level, m])]),
-  ) as LevelledLog;
+  const at = (level: ServerLogLevel) => (m: string) => void out.push([level, m]);
+  const sink: LevelledLog = { trace: at('trace'), debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
   const levels = new ServerLogLevels();
   for (const line of lines) logServerLine(levels, sink, line);
   return out;

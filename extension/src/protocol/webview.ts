@@ -42,6 +42,11 @@ export interface PanelStop {
   hit: number;
 }
 
+/** What a "step N" counts (protocol.STEP_MEANING): the tooltip wherever a step number shows. */
+export const STEP_TOOLTIP =
+  "step N: the model's (N+1)th forward call since Hookscope began watching it (a breakpoint, break on NaN/Inf or a " +
+  'watched layer), counted from 0 like `for step in range(n)`.';
+
 /** Everything the panel shows, recomputed by the host on each change. */
 export interface PanelView {
   status: PanelStatus;
@@ -56,6 +61,8 @@ export interface PanelView {
   pausedReason?: string;
   /** The stop, while paused (its layer may differ from `target` when the user selected another). */
   stop?: PanelStop;
+  /** At a break on NaN/Inf stop: when it stops again after Continue (the hit's `rearm`). */
+  rearm?: string;
   tensors: TensorSummary[];
   interventions: PanelIntervention[];
   notices: PanelNotice[];

@@ -19,7 +19,7 @@ export interface PanelState {
   /** The newest debug session seen; notices of others are dropped once theirs have ended. */
   session?: string;
   target?: PanelTarget;
-  paused?: { processId: string; model: string; layer: string; phase: string; reason: string; step: number; origin?: string; hit: number };
+  paused?: { processId: string; model: string; layer: string; phase: string; reason: string; step: number; origin?: string; rearm?: string; hit: number };
   /** Stops seen (numbers each stop, so two stops alike are still told apart). */
   hits: number;
   /** Latest summary of each tensor of the target, by path ('output', 'grad_output[0]', 'weight.grad'...). */
@@ -104,7 +104,7 @@ export function panelReducer(state: PanelState, action: PanelAction): PanelState
         target,
         hits,
         paused: h.pausing
-          ? { processId: action.processId, model: h.model, layer: h.layer, phase: h.phase, reason: h.reason, step: h.step, origin: h.origin, hit: hits }
+          ? { processId: action.processId, model: h.model, layer: h.layer, phase: h.phase, reason: h.reason, step: h.step, origin: h.origin, rearm: h.rearm, hit: hits }
           : state.paused,
         tensors: sameLayer ? mergeTensors(state.tensors, h.summaries) : [...h.summaries],
         phase: h.phase,
@@ -181,6 +181,7 @@ export function panelView(state: PanelState): PanelView {
       ...base, status: 'paused', headline: `Paused in layer ${p.layer} (${p.phase})`,
       detail: `${stepText(p.step)}${where}`, pausedReason: `${p.reason}${p.origin ? ` — ${p.origin}` : ''}`,
       stop: { processId: p.processId, model: p.model, layer: p.layer, phase: p.phase, step: p.step, hit: p.hit },
+      rearm: p.rearm,
     };
   }
   if (!state.target) {
