@@ -15,6 +15,7 @@ export const Commands = {
   breakOnNonFiniteOff: 'hookscope.breakOnNonFiniteOff',
   editLayerBreakpointCondition: 'hookscope.editLayerBreakpointCondition',
   removeLayerBreakpoint: 'hookscope.removeLayerBreakpoint',
+  chooseBreakpointInstance: 'hookscope.chooseBreakpointInstance',
   removeAllLayerBreakpoints: 'hookscope.removeAllLayerBreakpoints',
   revealBreakpoint: 'hookscope.revealBreakpoint',
   showTensors: 'hookscope.showTensors',

@@ -3,6 +3,7 @@
 
 import * as vscode from 'vscode';
 import { BackendHub } from './backend/hub';
+import { InstancePicker } from './breakpoints/instancePicker';
 import { LayerBreakpointManager } from './breakpoints/manager';
 import { LayerBreakpointsView } from './breakpoints/treeView';
 import { registerCommands } from './commands';
@@ -43,6 +44,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
 
   const breakpoints = push(new LayerBreakpointManager(context, hub, log));
   push(new LayerBreakpointsView(breakpoints));
+  push(new InstancePicker(breakpoints, hub, log));
   const layers = push(new LayersView(hub, breakpoints, log));
   const panel = new PanelController(hub, log, log, summaryRateHz);
   push({ dispose: () => panel.dispose() });

@@ -4,7 +4,10 @@ import {
   BreakpointModel,
   breakpointStatuses,
   describeCondition,
+  describeInstances,
+  instanceChoices,
   isLayerBreakpoint,
+  needsInstanceChoice,
   mapLine,
   toSpec,
 } from '../../extension/src/breakpoints/model';
@@ -78,6 +81,50 @@ describe('breakpoints: model', () => {
     assert.equal(isLayerBreakpoint({ ...good, phases: [] }), false);
     const m = new BreakpointModel([good, { id: 5 }] as never);
     assert.equal(m.all().length, 1);
+  });
+});
+
+describe('breakpoints: one instance of a line that stands for several layers', () => {
+  const mix = ['blocks.0.branches.mix', 'blocks.1.branches.mix', 'blocks.2.branches.mix'];
+
+  it('asks once the processes resolved the line to several layers, until answered', () => {
+    const m = new BreakpointModel();
+    const bp = m.toggleLine(URI, FILE, 30, 'forward')!;
+    assert.equal(needsInstanceChoice(bp, undefined), false, 'not before any process resolved it');
+    assert.equal(needsInstanceChoice(bp, { layers: ['fc1'] }), false, 'one layer: nothing to choose');
+    assert.equal(needsInstanceChoice(bp, { layers: mix }), true);
+    assert.equal(needsInstanceChoice({ ...bp, instance: mix[1] }, { layers: [mix[1]] }), false);
+    assert.equal(needsInstanceChoice({ ...bp, allInstances: true }, { layers: mix }), false);
+    assert.equal(needsInstanceChoice({ ...bp, enabled: false }, { layers: mix }), false);
+    assert.equal(needsInstanceChoice({ ...bp, layer: 'blocks' }, { layers: mix }), false, 'a Layers-tree breakpoint names its layer');
+  });
+
+  it('offers "All N layers" first, then each layer with its class', () => {
+    const items = instanceChoices(mix, (l) => (l.endsWith('mix') ? 'Linear' : undefined));
+    assert.deepEqual(items.map((i) => [i.label, i.instance, i.description]), [
+      ['All 3 layers', undefined, mix.join(', ')],
+      ...mix.map((l) => [l, l, 'Linear']),
+    ]);
+  });
+
+  it('sends the chosen instance with the line; the backend selects that layer at that line', () => {
+    const m = new BreakpointModel();
+    const bp = m.toggleLine(URI, FILE, 30, 'forward')!;
+    m.update(bp.id, { instance: mix[2] });
+    assert.deepEqual(toSpec(m.get(bp.id)!), { id: bp.id, phases: ['forward'], enabled: true, file: FILE, line: 31, layer: mix[2] });
+    m.update(bp.id, { instance: undefined, allInstances: true });
+    assert.deepEqual(toSpec(m.get(bp.id)!), { id: bp.id, phases: ['forward'], enabled: true, file: FILE, line: 31 });
+    // Still the line's breakpoint: toggling the line removes it, and it is kept across reloads.
+    assert.equal(m.atLine(URI, 30)?.id, bp.id);
+    assert.ok(isLayerBreakpoint({ ...bp, instance: mix[0] }) && !isLayerBreakpoint({ ...bp, instance: 3 }));
+  });
+
+  it('says what the row stops in', () => {
+    assert.equal(describeInstances({ instance: mix[1] }, [mix[1]]), '→ only blocks.1.branches.mix');
+    assert.equal(describeInstances({ allInstances: true }, mix), '→ all 3 layers');
+    assert.equal(describeInstances({}, mix), '→ 3 layers');
+    assert.equal(describeInstances({}, ['fc1']), '→ fc1');
+    assert.equal(describeInstances({}, []), '');
   });
 });
 

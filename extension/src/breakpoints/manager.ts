@@ -194,6 +194,7 @@ export class LayerBreakpointManager implements vscode.Disposable {
       const hover = new vscode.MarkdownString(
         `**Layer breakpoint** (${phaseChoiceOf(bp.phases)})${condition ? ` — ${condition}` : ''}` +
           (bp.layer ? `\n\nlayer \`${bp.layer}\`` : '') +
+          (bp.instance ? `\n\nstops only in \`${bp.instance}\` (the instance chosen among the layers this line stands for)` : '') +
           (status?.layers.length ? `\n\nmatches: ${status.layers.map((l) => `\`${l}\``).join(', ')}` : '') +
           (status?.problem ? `\n\n$(warning) ${status.problem}` : ''),
         true,

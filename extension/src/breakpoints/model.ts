@@ -25,6 +25,13 @@ export interface LayerBreakpoint {
   line: number;
   /** Set when the breakpoint names a layer rather than a line (made from the Layers tree). */
   layer?: string;
+  /**
+   * A line that makes or calls several layers (a definition used by every block): the one layer
+   * the user chose to stop in. Sent with the line, so the backend selects it alone.
+   */
+  instance?: string;
+  /** The user chose to stop in every layer the line stands for (not asked again). */
+  allInstances?: boolean;
   phases: Phase[];
   condition?: BreakpointCondition;
   /** Pause on the Nth hit only. */
@@ -67,6 +74,35 @@ export function describeCondition(bp: Pick<LayerBreakpoint, 'condition' | 'hitCo
   return parts.join(', ');
 }
 
+/**
+ * Whether to ask which layer a line breakpoint should stop in: the processes resolved it to
+ * several layers (every instance of a block class, say) and the user has not answered yet.
+ */
+export function needsInstanceChoice(bp: LayerBreakpoint, status: BreakpointStatus | undefined): boolean {
+  return !bp.layer && bp.enabled && bp.instance === undefined && !bp.allInstances && (status?.layers.length ?? 0) > 1;
+}
+
+export interface InstanceChoice {
+  label: string;
+  description?: string;
+  /** The layer to stop in; undefined: all of them. */
+  instance?: string;
+}
+
+/** The QuickPick's items: "All N layers" first, then each layer (with its class when known). */
+export function instanceChoices(layers: readonly string[], classOf: (layer: string) => string | undefined = () => undefined): InstanceChoice[] {
+  const all: InstanceChoice = { label: `All ${layers.length} layers`, description: layers.join(', ') };
+  return [all, ...layers.map((layer) => ({ label: layer, description: classOf(layer), instance: layer }))];
+}
+
+/** What a line breakpoint stops in, for its row and hover: "→ blocks.1.mix (chosen of 3)", "→ all 3 layers". */
+export function describeInstances(bp: Pick<LayerBreakpoint, 'instance' | 'allInstances' | 'layer'>, layers: readonly string[]): string {
+  if (bp.instance) return `→ only ${bp.instance}`;
+  if (layers.length === 0) return '';
+  if (bp.allInstances && layers.length > 1) return `→ all ${layers.length} layers`;
+  return `→ ${layers.length <= 2 ? layers.join(', ') : `${layers.length} layers`}`;
+}
+
 /** The protocol form of a breakpoint. */
 export function toSpec(bp: LayerBreakpoint): BreakpointSpec {
   const spec: BreakpointSpec = { id: bp.id, phases: [...bp.phases], enabled: bp.enabled };
@@ -75,6 +111,7 @@ export function toSpec(bp: LayerBreakpoint): BreakpointSpec {
   } else {
     spec.file = bp.file;
     spec.line = bp.line + 1;
+    if (bp.instance) spec.layer = bp.instance; // the backend intersects: that layer, at that line
   }
   if (bp.condition && bp.condition.kind !== 'always') {
     const condition: Record<string, unknown> = { kind: bp.condition.kind };
@@ -271,7 +308,9 @@ export function isLayerBreakpoint(value: unknown): value is LayerBreakpoint {
   return (
     !!v && typeof v === 'object' && typeof v.id === 'string' && typeof v.uri === 'string' &&
     typeof v.file === 'string' && Number.isInteger(v.line) && v.line >= 0 && Array.isArray(v.phases) &&
-    v.phases.length > 0 && typeof v.enabled === 'boolean'
+    v.phases.length > 0 && typeof v.enabled === 'boolean' &&
+    (v.instance === undefined || typeof v.instance === 'string') &&
+    (v.allInstances === undefined || typeof v.allInstances === 'boolean')
   );
 }
 

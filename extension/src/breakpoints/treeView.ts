@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { Commands, Views } from '../constants';
 import type { LayerBreakpointManager } from './manager';
-import { describeCondition, phaseChoiceOf, type LayerBreakpoint } from './model';
+import { describeCondition, describeInstances, phaseChoiceOf, type LayerBreakpoint } from './model';
 
 export class LayerBreakpointsView implements vscode.TreeDataProvider<LayerBreakpoint>, vscode.Disposable {
   private readonly changeEmitter = new vscode.EventEmitter<LayerBreakpoint | undefined>();
@@ -47,7 +47,8 @@ export class LayerBreakpointsView implements vscode.TreeDataProvider<LayerBreakp
     const parts: string[] = [phaseChoiceOf(bp.phases)];
     if (bp.layer && where) parts.push(where);
     if (condition) parts.push(condition);
-    if (status?.layers.length) parts.push(`→ ${status.layers.length <= 2 ? status.layers.join(', ') : `${status.layers.length} layers`}`);
+    const instances = describeInstances(bp, status?.layers ?? []);
+    if (instances) parts.push(instances);
     item.description = parts.join(' · ');
     item.checkboxState = bp.enabled ? vscode.TreeItemCheckboxState.Checked : vscode.TreeItemCheckboxState.Unchecked;
     if (status?.problem) {
@@ -60,6 +61,9 @@ export class LayerBreakpointsView implements vscode.TreeDataProvider<LayerBreakp
         `phases: ${bp.phases.join(', ')}`,
         condition ? `condition: ${condition}` : '',
         status?.layers.length ? `matches: ${status.layers.join(', ')}` : 'not resolved yet (no process connected)',
+        bp.instance || bp.allInstances
+          ? `${bp.instance ? 'chosen instance' : 'every instance'} of the layers this line stands for: right-click › Choose Instance… to change`
+          : '',
       ].filter(Boolean).join('\n');
     }
     item.contextValue = status?.problem ? 'layerBreakpoint.unresolved' : 'layerBreakpoint';
