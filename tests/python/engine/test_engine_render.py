@@ -78,7 +78,7 @@ def test_a_backward_stop_shows_the_gradient_and_the_output_of_the_same_step(net,
     step(model)
     step(model, 1)
     assert len(seen) == 2
-    for number, images in enumerate(seen, 1):
+    for number, images in enumerate(seen):  # steps count from 0 (protocol.STEP_MEANING)
         assert images["grad"]["meta"]["of"] == {"layer": "layer1.0.conv1", "tensor": "grad_output[0]",
                                                 "step": number, "phase": "backward"}
         assert images["grad"]["meta"]["layout"] == "grid"  # a 4-D gradient: a feature map of its channels
@@ -96,7 +96,7 @@ def test_a_forward_stop_pictures_its_own_output_and_a_parameter_stop_its_gradien
     step(model)
     forward = [meta for phase, meta in seen if phase == "forward"]
     grads = [meta for phase, meta in seen if phase == "param_grad"]
-    assert forward[0]["of"] == {"layer": "fc1", "tensor": "output", "step": 1, "phase": "forward"}
+    assert forward[0]["of"] == {"layer": "fc1", "tensor": "output", "step": 0, "phase": "forward"}
     assert forward[0]["layout"] == "heatmap" and forward[0]["shape"] == [4, 16]  # 2-D: a heat map
     assert {m["of"]["tensor"] for m in grads} == {"weight.grad", "bias.grad"}
 
@@ -131,7 +131,7 @@ def test_a_backward_nan_stop_in_a_layer_without_breakpoint_says_no_forward_was_k
     layer, grad, output = seen[0]
     assert grad["layer"] == layer and grad["phase"] == "backward" and grad["tensor"].startswith("grad_output")
     assert isinstance(output, ProtocolError) and output.code == protocol.ERR_NOT_AVAILABLE
-    assert f"no forward of {layer} was seen in step 1" in str(output)
+    assert f"no forward of {layer} was seen in step 0" in str(output)
     engine.shutdown()
     assert hooks_left(model) == []
 
@@ -150,7 +150,7 @@ def test_only_layers_with_a_breakpoint_keep_their_output_and_not_after_it_is_rem
     engine.set_breakpoints([{"id": "b", "layer": "layer1.*.conv1", "phases": ["backward"],
                              "callback": lambda hit: None}])
     assert outputs_alive_after_a_step(model, layers) == ["layer1.0.conv1", "layer1.1.conv1"]
-    assert render(engine, layer="layer1.1.conv1")["meta"]["of"]["step"] == 1  # live: the last forward
+    assert render(engine, layer="layer1.1.conv1")["meta"]["of"]["step"] == 0  # live: the last forward
     engine.set_breakpoints([])
     assert outputs_alive_after_a_step(model, layers) == []
     assert engine.hook_count == 0 and hooks_left(model) == []
@@ -243,7 +243,7 @@ def test_attention_of_a_selected_layer_is_kept_with_its_call_when_live():
     x, pad = attending_inputs(0)
     model(x, pad)
     meta = render(engine, "attention", layer="attn")["meta"]
-    assert meta["of"]["tensor"] == "attention weights" and meta["of"]["step"] == 1
+    assert meta["of"]["tensor"] == "attention weights" and meta["of"]["step"] == 0
     engine.shutdown()
     assert hooks_left(model) == []
 
