@@ -145,11 +145,19 @@ def _depth(name: str) -> int:
 
 
 class RootSentinel:
-    """The per-step check and the replay for one model root."""
+    """The per-step check and the replay for one model root, or for one of its children the
+    program calls directly (``prefix`` is then the child's name in the root, ``parent`` the
+    root's sentinel, which covers the child while the root's own forward runs)."""
 
     def __init__(self, model_id: str, root: nn.Module, fire: FireFn, notice: NoticeFn,
-                 step_of: Callable[[str], int]) -> None:
+                 step_of: Callable[[str], int], prefix: str = "",
+                 parent: "RootSentinel | None" = None) -> None:
         self.model_id = model_id
+        self.prefix = prefix
+        self.parent = parent
+        self.family: list[RootSentinel] = parent.family if parent is not None else []
+        """The sentinels of one model (its root's and its directly called children's)."""
+        self.family.append(self)
         self._root = weakref.ref(root)  # the sentinel must not keep a model the program dropped
         self.tensors = ModuleTensors(root)
         self._fire = fire
@@ -209,6 +217,8 @@ class RootSentinel:
         if self.active:
             STRUCTURE.release()
         self.active = False
+        if self in self.family:
+            self.family.remove(self)
         for handle in self.handles:
             handle.remove()
         count = len(self.handles)
@@ -225,7 +235,7 @@ class RootSentinel:
     # -- steady state --------------------------------------------------------
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-        if not self.active or REPLAY.depth:
+        if not self.active or REPLAY.depth or (self.parent is not None and self.parent._call_open):
             return
         try:
             self._forwards += 1
@@ -363,7 +373,7 @@ class RootSentinel:
         root = self._root()
         if root is None:
             return "its parameters"
-        bad = [name for name, t in root.named_parameters() if not all_finite([t])]
+        bad = [self._qualified(name) for name, t in root.named_parameters() if not all_finite([t])]
         if not bad:
             return "its parameters"
         named = ", ".join(bad[:MAX_NAMED])
@@ -373,8 +383,8 @@ class RootSentinel:
         if root_grads and not all_finite(root_grads):
             step = self._step_of(self.model_id)
             counts = describe_counts(nonfinite_counts(root_grads))
-            self._fire(HookEvent(self.model_id, "", self.root, "backward", grad_output=tuple(root_grads),
-                                 step=step),
+            self._fire(HookEvent(self.model_id, self._qualified(""), self.root, "backward",
+                                 grad_output=tuple(root_grads), step=step),
                        f"NaN/Inf in the gradient reaching the model output ({counts}): it came in from the loss",
                        ORIGIN_LOSS)
         elif replay and root_grads:
@@ -408,20 +418,31 @@ class RootSentinel:
             if cuda_now is not None:
                 torch.cuda.set_rng_state_all(cuda_now)
 
+    def _qualified(self, name: str) -> str:
+        """A name inside the watched module, as a name in the model (sub-model sentinels)."""
+        if not self.prefix:
+            return name
+        return f"{self.prefix}.{name}" if name else self.prefix
+
     def _named(self) -> list[tuple[str, nn.Module]]:
-        return list(self.root.named_modules())
+        return [(self._qualified(n), m) for n, m in self.root.named_modules()]
+
+    def _named_tensors(self) -> dict[int, str]:
+        return {i: self._qualified(n) for i, n in named_tensors(self.root).items()}
 
     def _investigate_forward(self, output: Any) -> None:
         step = self._step_of(self.model_id)
         inputs = tensors_in((self._args, self._kwargs))
         if not all_finite(inputs):
+            if any(s is not self and s._reported_at is not None for s in self.family):
+                return  # the value came from a sub-model of this model that already stopped on it
             counts = describe_counts(nonfinite_counts(inputs))
-            name = ""
-            self._fire(HookEvent(self.model_id, name, self.root, "forward_pre", inputs=self._args, step=step),
+            self._fire(HookEvent(self.model_id, self._qualified(""), self.root, "forward_pre",
+                                 inputs=self._args, step=step),
                        f"NaN/Inf came in through the inputs of the model ({counts})", ORIGIN_INPUTS)
             return
         probe = _ForwardProbe(self._named())
-        ops = OpTracer(named_tensors(self.root))
+        ops = OpTracer(self._named_tensors())
         with self._replaying(), torch.set_grad_enabled(self._grad_enabled):
             probe.install()
             try:
@@ -432,7 +453,7 @@ class RootSentinel:
         found = probe.found
         if found is None:
             outs = tensors_in(output)
-            self._fire(HookEvent(self.model_id, "", self.root, "forward", inputs=self._args,
+            self._fire(HookEvent(self.model_id, self._qualified(""), self.root, "forward", inputs=self._args,
                                  output=output, step=step),
                        f"NaN/Inf in the model output ({describe_counts(nonfinite_counts(outs))}); "
                        "the replay of the step did not reproduce it (nondeterministic op or state "
@@ -448,7 +469,7 @@ class RootSentinel:
         for p in params:
             p.grad = None
         probe = _BackwardProbe(self._named())
-        ops = OpTracer(named_tensors(self.root), record_nodes=True)
+        ops = OpTracer(self._named_tensors(), record_nodes=True)
         nodes = NodeWatch(ops.nodes)
         try:
             with self._replaying(), torch.enable_grad():
@@ -484,16 +505,17 @@ class RootSentinel:
         step = self._step_of(self.model_id)
         if not bad:
             root_grads = [g for g in self._root_grads if g is not None]
-            self._fire(HookEvent(self.model_id, "", self.root, "backward", grad_output=tuple(root_grads),
-                                 step=step), "NaN/Inf in the gradient reaching the model output: "
+            self._fire(HookEvent(self.model_id, self._qualified(""), self.root, "backward",
+                                 grad_output=tuple(root_grads), step=step), "NaN/Inf in the gradient reaching the model output: "
                        "it came in from the loss", ORIGIN_LOSS)
             return
         # Backward runs last layer first: the last parameter registered is the closest guess.
         name, param = bad[-1]
         layer = name.rpartition(".")[0]
         module = self.root.get_submodule(layer) if layer else self.root
-        names = ", ".join(n for n, _ in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        self._fire(HookEvent(self.model_id, layer, module, "param_grad", param_name=name.rpartition(".")[2],
+        names = ", ".join(self._qualified(n) for n, _ in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        self._fire(HookEvent(self.model_id, self._qualified(layer), module, "param_grad",
+                             param_name=name.rpartition(".")[2],
                              grad=param.grad, step=step, extra={"param": param}),
                    f"NaN/Inf in the gradients of {names} ({why})", None)
 
@@ -503,26 +525,40 @@ class RootSentinel:
                      f"{type(exc).__name__}: {exc}"[:500], "nonfiniteError")
 
 
+def _module_calls(skip: int = 2) -> Iterator[tuple[nn.Module, Any]]:
+    """(module, frame locals) of the module calls running on this thread, innermost first.
+
+    Read from torch's ``Module._call_impl`` frames (``self``, ``args``, ``kwargs``): only on the
+    rare paths below, never per step.
+    """
+    frame = sys._getframe(skip)
+    while frame is not None:
+        if frame.f_code.co_filename == _MODULE_PY:
+            names = frame.f_locals
+            module = names.get("self")
+            if isinstance(module, nn.Module) and "args" in names and "kwargs" in names:
+                yield module, names
+        frame = frame.f_back
+
+
 def _starting_call(root: nn.Module) -> tuple[tuple, dict[str, Any]] | None:
     """(args, kwargs) of ``root``'s call when the innermost module call on this thread is the root's.
 
     Discovery's first-forward flush is a global forward pre-hook: a model created and called
     at once is added, and the sentinel installed, while that very call runs its pre-hooks,
     whose list torch took before ours existed. Its forward has not run yet, so the snapshot
-    taken now is exact and the first step is checked like any other. Read from the frames of
-    ``Module._call_impl`` (``self``, ``args``, ``kwargs``), the only place that call's kwargs live.
+    taken now is exact and the first step is checked like any other.
     """
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_filename == _MODULE_PY:
-            names = frame.f_locals
-            module = names.get("self")
-            if isinstance(module, nn.Module) and "args" in names and "kwargs" in names:
-                if module is not root:
-                    return None  # inside another module's call: the root's forward is running
-                return tuple(names["args"]), dict(names["kwargs"] or {})
-        frame = frame.f_back
+    for module, names in _module_calls(3):
+        if module is not root:
+            return None  # inside another module's call: the root's forward is running
+        return tuple(names["args"]), dict(names["kwargs"] or {})
     return None
+
+
+def _running(module: nn.Module) -> bool:
+    """Whether ``module``'s forward is running on this thread (its sentinel may have missed its start)."""
+    return any(m is module for m, _ in _module_calls(3))
 
 
 _MODULE_PY = nn.Module.__call__.__code__.co_filename
@@ -699,6 +735,57 @@ class _BackwardProbe:
         return hook
 
 
+_CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
+
+
+class _EntryPoints:
+    """Sub-models the program calls directly: a GAN loop's ``pair.disc(pair.gen(x))``, CLIP's
+    ``model.visual``, Hugging Face's ``get_*_features``. The root's own forward never runs, so the
+    root's sentinel would see nothing. A forward-pre hook on each direct child of the root (one
+    cheap call per child call) notices a call made while the root's forward is not running and
+    gives that child a sentinel of its own, which starts with that very call; the cheap hook then
+    goes. While the root's forward runs, the root's sentinel covers the child and the child's
+    stays quiet, so a child called both ways is checked once per call, at the same cost.
+    """
+
+    def __init__(self, parent: RootSentinel, promote: Callable[[str, nn.Module], RootSentinel]) -> None:
+        self._parent = parent
+        self._promote = promote
+        self._handles: dict[str, Any] = {}
+        self.sentinels: dict[str, RootSentinel] = {}
+        for name, child in parent.root.named_children():
+            if not isinstance(child, _CONTAINERS):
+                self._handles[name] = child.register_forward_pre_hook(partial(self._called, name))
+
+    @property
+    def hook_count(self) -> int:
+        return len(self._handles) + sum(len(s.handles) for s in self.sentinels.values())
+
+    def _called(self, name: str, module: nn.Module, args: tuple) -> None:
+        if self._parent._call_open or REPLAY.depth or not self._parent.active or _running(self._parent.root):
+            return  # inside the root's forward: the root's sentinel covers it
+        handle = self._handles.pop(name, None)
+        if handle is None:
+            return
+        handle.remove()
+        try:
+            self.sentinels[name] = self._promote(name, module)  # its install() takes this call's snapshot
+        except Exception as exc:
+            self._parent._error(f"watching {name} called directly", exc)
+
+    def remove(self) -> int:
+        removed = len(self._handles) + sum(s.remove() for s in self.sentinels.values())
+        for handle in self._handles.values():
+            handle.remove()
+        self._handles, self.sentinels = {}, {}
+        return removed
+
+    def check_gradients_unchecked(self) -> None:
+        for sentinel in list(self.sentinels.values()):
+            if sentinel.gradients_unchecked:
+                sentinel.check_gradients(replay=False)
+
+
 class NonFiniteWatch:
     """Break on NaN/Inf across every model of the engine."""
 
@@ -707,6 +794,7 @@ class NonFiniteWatch:
         self._notice = notice
         self._step_of = step_of
         self.sentinels: dict[str, RootSentinel] = {}
+        self._entries: dict[str, _EntryPoints] = {}
         self._optimizer_handle: Any = None
 
     @property
@@ -715,7 +803,8 @@ class NonFiniteWatch:
 
     @property
     def hook_count(self) -> int:
-        return sum(len(s.handles) for s in self.sentinels.values()) + (self._optimizer_handle is not None)
+        return (sum(len(s.handles) for s in self.sentinels.values())
+                + sum(e.hook_count for e in self._entries.values()) + (self._optimizer_handle is not None))
 
     def add(self, model_id: str, root: nn.Module) -> None:
         if model_id in self.sentinels:
@@ -723,12 +812,21 @@ class NonFiniteWatch:
         sentinel = RootSentinel(model_id, root, self._fire_for(model_id), self._notice, self._step_of)
         sentinel.install()
         self.sentinels[model_id] = sentinel
+
+        def promote(name: str, child: nn.Module) -> RootSentinel:
+            watch = RootSentinel(model_id, child, self._fire_for(model_id), self._notice, self._step_of,
+                                 prefix=name, parent=sentinel)
+            watch.install()
+            return watch
+        self._entries[model_id] = _EntryPoints(sentinel, promote)
         if self._optimizer_handle is None:
             self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_pre)
 
     def remove_model(self, model_id: str) -> int:
         sentinel = self.sentinels.pop(model_id, None)
         removed = sentinel.remove() if sentinel is not None else 0
+        entries = self._entries.pop(model_id, None)
+        removed += entries.remove() if entries is not None else 0
         if not self.sentinels and self._optimizer_handle is not None:
             self._optimizer_handle.remove()
             self._optimizer_handle = None
@@ -758,3 +856,5 @@ class NonFiniteWatch:
         for sentinel in list(self.sentinels.values()):
             if sentinel.gradients_unchecked:  # the end-of-backward check usually ran: no call
                 sentinel.check_gradients(replay=False)
+        for entries in list(self._entries.values()):
+            entries.check_gradients_unchecked()

@@ -396,3 +396,78 @@ def test_hooks_landing_in_the_middle_of_a_forward_leave_that_call_alone_and_chec
     assert [(h.layer, h.phase) for h in hits] == [("fc1", "forward")]
     engine.shutdown()
     assert hooks_left(model) == []
+
+
+class _Gen(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.log = _Log()
+
+    def forward(self, x):
+        return self.fc(self.log(x))
+
+
+class _Log(nn.Module):
+    def forward(self, x):
+        return torch.log(x)  # NaN where x < 0
+
+
+class _Pair(nn.Module):
+    """A GAN-style wrapper: the loop calls pair.disc(pair.gen(z)); forward runs only sometimes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gen = _Gen()
+        self.disc = nn.Linear(4, 1)
+
+    def forward(self, z):
+        return self.disc(self.gen(z))
+
+
+def test_sub_models_the_loop_calls_directly_are_watched():
+    torch.manual_seed(0)
+    pair = _Pair()
+    engine, hits = sentinel_on(pair)
+    pair.disc(pair.gen(torch.rand(3, 4) + 1.0)).sum().backward()  # clean
+    assert hits == []
+    pair.disc(pair.gen(-torch.rand(3, 4) - 1.0))  # log of negatives, born in gen.log
+    assert [(h.layer, h.phase) for h in hits] == [("gen.log", "forward")]
+    assert "torch.log" in hits[0].reason
+    engine.shutdown()
+    assert hooks_left(pair) == []
+
+
+def test_a_child_called_through_the_root_and_on_its_own_is_checked_once_per_call():
+    torch.manual_seed(0)
+    pair = _Pair()
+    engine, hits = sentinel_on(pair)
+    pair.gen(torch.rand(3, 4) + 1.0)  # on its own, clean: gen gets a sentinel of its own
+    pair(-torch.rand(3, 4) - 1.0)  # through the root: the root's sentinel reports, gen's stays quiet
+    assert [(h.layer, h.phase) for h in hits] == [("gen.log", "forward")]
+    pair.gen(-torch.rand(3, 4) - 1.0)  # on its own again, a new step: reported by gen's sentinel
+    assert [(h.layer, h.phase) for h in hits] == [("gen.log", "forward")] * 2
+    engine.shutdown()
+    assert hooks_left(pair) == []
+
+
+def test_a_backward_nan_in_a_sub_model_called_directly_is_found():
+    class Root(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gen = nn.Sequential(nn.Linear(4, 4), _Flat())
+            self.disc = nn.Linear(4, 1)
+
+    torch.manual_seed(0)
+    pair = Root()
+    engine, hits = sentinel_on(pair)
+    pair.disc(pair.gen(torch.randn(3, 4))).sum().backward()
+    assert [(h.layer, h.phase) for h in hits] == [("gen.1", "backward")], [h.reason for h in hits]
+    assert "SqrtBackward0" in hits[0].reason
+    engine.shutdown()
+    assert hooks_left(pair) == []
+
+
+class _Flat(nn.Module):
+    def forward(self, x):
+        return torch.sqrt(x * 0.0)  # sqrt(0) = 0, its gradient +Inf
