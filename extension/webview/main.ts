@@ -88,6 +88,7 @@ function buildLayout(): void {
         el('span', { class: 'headline', 'data-testid': 'panel-headline', text: 'Not connected' })),
       el('div', { class: 'detail', 'data-testid': 'panel-detail' }),
       el('div', { class: 'paused-reason', 'data-testid': 'panel-paused-reason' }),
+      el('a', { class: 'born-at', href: '#', 'data-testid': 'panel-born-at' }),
       el('div', { class: 'rearm', 'data-testid': 'panel-rearm' }),
       el('button', { class: 'toggle', 'data-testid': 'break-nonfinite', title: 'Pause at the first layer that produces NaN/Inf' })),
     el('section', { class: 'notices', 'data-testid': 'notices' }),
@@ -214,6 +215,23 @@ function buildInterventionSection(): HTMLElement {
 
 // ---- drawing the view model -----------------------------------------------------------
 
+/** "torch.log → NaN/Inf at model.py:42 in Block.forward", a link that opens that line. */
+function drawBornAt(born: PanelView['bornAt']): void {
+  const link = byTestId<HTMLAnchorElement>('panel-born-at');
+  link.hidden = !born;
+  if (!born) {
+    link.textContent = '';
+    return;
+  }
+  const file = born.file.split(/[\\/]/).pop() ?? born.file;
+  link.textContent = `${born.op} → NaN/Inf at ${file}:${born.line}${born.fn ? ` in ${born.fn}` : ''}`;
+  link.title = `${born.file}:${born.line}`;
+  link.onclick = (event) => {
+    event.preventDefault();
+    post({ type: 'openSource', file: born.file, line: born.line });
+  };
+}
+
 function drawView(v: PanelView): void {
   const status = byTestId('panel-status');
   status.dataset.status = v.status;
@@ -223,6 +241,7 @@ function drawView(v: PanelView): void {
   byTestId('panel-detail').title = v.step !== undefined ? STEP_TOOLTIP : '';
   byTestId('panel-paused-reason').textContent = v.pausedReason ?? '';
   byTestId('panel-rearm').textContent = v.rearm ? `After Continue: ${v.rearm}` : '';
+  drawBornAt(v.bornAt);
   const toggle = byTestId<HTMLButtonElement>('break-nonfinite');
   toggle.textContent = `Break on NaN/Inf: ${v.breakOnNonFinite ? 'on' : 'off'}`;
   toggle.dataset.on = String(v.breakOnNonFinite);

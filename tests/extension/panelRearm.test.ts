@@ -1,4 +1,4 @@
-// The Tensors panel says, at a break on NaN/Inf stop, when it stops again (the hit's `rearm`).
+// The Tensors panel at a break on NaN/Inf stop: when it stops again (the hit's `rearm`) and where the value was born (`op`).
 import { strict as assert } from 'node:assert';
 import type { HitMessage } from '../../extension/src/protocol/messages.gen';
 import { initialPanelState, panelReducer, panelView } from '../../extension/src/views/panelState';
@@ -27,5 +27,24 @@ describe('panel: when break on NaN/Inf fires again', () => {
 
   it('a layer breakpoint stop has no such line', () => {
     assert.equal(panelView(pausedAt({ ...base, breakpoint: 'lbp-1' })).rearm, undefined);
+  });
+});
+
+describe('panel: where break on NaN/Inf saw the value born', () => {
+  const hit: HitMessage = {
+    type: 'hit', breakpoint: 'nonfinite', model: 'm1', layer: 'head.standardize', phase: 'forward',
+    reason: 'NaN/Inf first produced in layer head.standardize (forward)', step: 8, summaries: [], pausing: true,
+  };
+
+  it('names the op and links the user line while paused', () => {
+    const state = pausedAt({ ...hit, op: { op: 'Tensor.div', phase: 'forward', file: '/w/nan.py', line: 22, function: 'Standardize.forward', stack: [] } });
+    assert.deepEqual(panelView(state).bornAt, { op: 'Tensor.div', file: '/w/nan.py', line: 22, fn: 'Standardize.forward' });
+    assert.equal(panelView(panelReducer(state, { type: 'resumed', processId: 'c1' })).bornAt, undefined);
+  });
+
+  it('shows no link for an op outside the user code or a malformed one', () => {
+    assert.equal(panelView(pausedAt({ ...hit, op: { op: 'torch.exp', phase: 'forward', stack: [] } })).bornAt, undefined);
+    assert.equal(panelView(pausedAt({ ...hit, op: { op: 'torch.exp', file: 7, line: '3' } })).bornAt, undefined);
+    assert.equal(panelView(pausedAt(hit)).bornAt, undefined);
   });
 });

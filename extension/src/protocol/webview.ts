@@ -63,6 +63,8 @@ export interface PanelView {
   stop?: PanelStop;
   /** At a break on NaN/Inf stop: when it stops again after Continue (the hit's `rearm`). */
   rearm?: string;
+  /** At a break on NaN/Inf stop: the op and the user's line where the value was born (a link). */
+  bornAt?: BornAt;
   tensors: TensorSummary[];
   interventions: PanelIntervention[];
   notices: PanelNotice[];
@@ -88,6 +90,15 @@ export type ToWebview =
   | { type: 'images'; seq: number; visual: VisualKind; figures: PanelFigure[] }
   | { type: 'saved'; path: string };
 
+/** Where break on NaN/Inf saw the first non-finite value born (the hit's `op`). */
+export interface BornAt {
+  op: string;
+  file: string;
+  line: number;
+  /** "Standardize.forward" */
+  fn?: string;
+}
+
 export type FromWebview =
   | { type: 'ready' }
   /** Render `visual` of the target; `tensors`: one picture each (featureMap, histogram), in order. */
@@ -96,4 +107,6 @@ export type FromWebview =
   | { type: 'addIntervention'; kind: string; channels?: number[]; value?: number }
   | { type: 'removeIntervention'; id: string }
   | { type: 'removeAllInterventions' }
-  | { type: 'toggleBreakOnNonFinite' };
+  | { type: 'toggleBreakOnNonFinite' }
+  /** Open the user's source at the line break on NaN/Inf named. */
+  | { type: 'openSource'; file: string; line: number };

@@ -5,7 +5,7 @@
 // ended sessions go, and none of theirs arrives later. No `vscode`: unit-tested directly.
 
 import type { HitMessage, TensorSummary } from '../protocol/messages.gen';
-import type { PanelIntervention, PanelNotice, PanelTarget, PanelView } from '../protocol/webview';
+import type { BornAt, PanelIntervention, PanelNotice, PanelTarget, PanelView } from '../protocol/webview';
 
 export interface PanelProcess {
   id: string;
@@ -19,7 +19,7 @@ export interface PanelState {
   /** The newest debug session seen; notices of others are dropped once theirs have ended. */
   session?: string;
   target?: PanelTarget;
-  paused?: { processId: string; model: string; layer: string; phase: string; reason: string; step: number; origin?: string; rearm?: string; hit: number };
+  paused?: { processId: string; model: string; layer: string; phase: string; reason: string; step: number; origin?: string; rearm?: string; bornAt?: BornAt; hit: number };
   /** Stops seen (numbers each stop, so two stops alike are still told apart). */
   hits: number;
   /** Latest summary of each tensor of the target, by path ('output', 'grad_output[0]', 'weight.grad'...). */
@@ -104,7 +104,7 @@ export function panelReducer(state: PanelState, action: PanelAction): PanelState
         target,
         hits,
         paused: h.pausing
-          ? { processId: action.processId, model: h.model, layer: h.layer, phase: h.phase, reason: h.reason, step: h.step, origin: h.origin, rearm: h.rearm, hit: hits }
+          ? { processId: action.processId, model: h.model, layer: h.layer, phase: h.phase, reason: h.reason, step: h.step, origin: h.origin, rearm: h.rearm, bornAt: bornAt(h.op), hit: hits }
           : state.paused,
         tensors: sameLayer ? mergeTensors(state.tensors, h.summaries) : [...h.summaries],
         phase: h.phase,
@@ -182,6 +182,7 @@ export function panelView(state: PanelState): PanelView {
       detail: `${stepText(p.step)}${where}`, pausedReason: `${p.reason}${p.origin ? ` — ${p.origin}` : ''}`,
       stop: { processId: p.processId, model: p.model, layer: p.layer, phase: p.phase, step: p.step, hit: p.hit },
       rearm: p.rearm,
+      bornAt: p.bornAt,
     };
   }
   if (!state.target) {
@@ -204,6 +205,12 @@ export function panelView(state: PanelState): PanelView {
 }
 
 /** How a step is written in the panel (one place, so it reads the same everywhere). */
+/** The hit's `op` (break on NaN/Inf, from the replay), when it names a line of the user's code. */
+export function bornAt(op: Record<string, unknown> | undefined): BornAt | undefined {
+  if (!op || typeof op.file !== 'string' || typeof op.line !== 'number' || typeof op.op !== 'string') return undefined;
+  return { op: op.op, file: op.file, line: op.line, fn: typeof op.function === 'string' ? op.function : undefined };
+}
+
 export function stepText(step: number): string {
   return `step ${step}`;
 }

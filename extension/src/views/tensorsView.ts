@@ -149,6 +149,16 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
         case 'toggleBreakOnNonFinite':
           await vscode.commands.executeCommand(Commands.toggleBreakOnNonFinite);
           return;
+        case 'openSource': {
+          // Only the line the panel shows: the webview is not trusted to name files.
+          const born = this.panel.view.bornAt;
+          if (!born || born.file !== message.file || born.line !== message.line) return;
+          const position = new vscode.Position(Math.max(0, message.line - 1), 0);
+          await vscode.window.showTextDocument(vscode.Uri.file(message.file), {
+            selection: new vscode.Range(position, position), preview: true, viewColumn: vscode.ViewColumn.One,
+          });
+          return;
+        }
       }
     } catch (err) {
       void vscode.window.showErrorMessage(`Hookscope: ${(err as Error).message}`);

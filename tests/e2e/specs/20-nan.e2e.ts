@@ -42,6 +42,9 @@ describe('break on NaN/Inf', function () {
 
     await panel.show();
     await panel.waitForHeadline(/head\.standardize/);
+    // The panel names the op and links the line where the NaN was born.
+    const divLine = Workbench.lineOf(nanPy, '/ x.std(dim=0)');
+    assert.match(await panel.text('panel-born-at'), new RegExp(`Tensor\\.div → NaN/Inf at nan\\.py:${divLine} in Standardize\\.forward`));
     const output = await panel.waitForRow(/^output$/);
     assert.ok(output.nonFinite, `the output row of head.standardize is flagged non-finite: ${JSON.stringify(output)}`);
     assert.notEqual(output.cells.nonfinite, '', 'the NaN/Inf cell counts the NaNs');
