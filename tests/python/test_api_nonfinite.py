@@ -41,6 +41,9 @@ def test_forward_names_the_innermost_producing_layer():
     assert err.layer == "1.1" and err.phase == "forward"
     assert err.event.born_here and err.event.counts["nan"] > 0
     assert "1.1" in str(err) and "produced by this layer" in str(err)
+    # The op and the line, as break on NaN/Inf in the editor names them.
+    assert err.event.op is not None and err.event.op.site.op == "torch.log"
+    assert err.event.op.site.stack[0].function.endswith("Log.forward") and "torch.log" in str(err)
     assert no_hooks(model)
 
 

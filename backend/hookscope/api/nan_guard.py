@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from ..conditions import REPLAY
 from .hookset import HookSet
 
 Tensor = torch.Tensor
@@ -49,6 +50,9 @@ class NonFiniteEvent:
     """NaN, +Inf and -Inf counts in the offending tensor(s)."""
     candidates: list[str] = field(default_factory=list)
     """Every module that consumed the tensor, when several did (backward)."""
+    op: Any = None
+    """Forward, born here: the op and the user's line (``hookscope.nan_origin.OpOrigin``), found by
+    running the layer again under an op tracer; None when that run does not reproduce it."""
 
     @property
     def message(self) -> str:
@@ -57,7 +61,8 @@ class NonFiniteEvent:
         layer = self.layer or "(root)"
         if self.phase == "forward":
             origin = "produced by this layer" if self.born_here else "already in its inputs"
-            return f"non-finite output of {layer} in forward ({what}): {origin}"
+            at = f". {self.op.describe()}" if self.op is not None else ""
+            return f"non-finite output of {layer} in forward ({what}): {origin}{at}"
         if self.born_here:
             extra = f" (consumed by {', '.join(self.candidates)})" if len(self.candidates) > 1 else ""
             return f"non-finite gradient produced by the backward of {layer}{extra} ({what})"
@@ -97,6 +102,33 @@ def _bad(tensors: Iterator[Tensor]) -> list[Tensor]:
     return [t for t in tensors if t.is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
+def _op_of(model: nn.Module, module: nn.Module, name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """Run the layer again, without grad, under the op tracer: the op and line that made the NaN/Inf.
+
+    The RNG and the layer's buffers are put back afterwards, so training goes on as it would
+    have; a layer that drew random numbers (dropout in train mode) may not reproduce it (None).
+    """
+    from hookscope.nan_origin import OpTracer, named_tensors
+
+    prefix = f"{name}." if name else ""
+    names = {i: prefix + n for i, n in named_tensors(module).items()}
+    buffers = [b for b in module.buffers()]
+    saved = [b.detach().clone() for b in buffers]
+    tracer = OpTracer(names)
+    REPLAY.depth += 1  # Hookscope's other hooks (and this guard's) stay out of the re-run
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), tracer:
+            module(*args, **kwargs)
+    except Exception:
+        return None
+    finally:
+        REPLAY.depth -= 1
+        with torch.no_grad():
+            for b, v in zip(buffers, saved):
+                b.copy_(v)
+    return tracer.found
+
+
 @dataclass
 class _Roles:
     """Which modules produced and consumed one tensor during a forward pass."""
@@ -124,7 +156,7 @@ class NonFiniteGuard:
         self._pass_handles: deque[list[RemovableHandle]] = deque()
         self.hooks.forward_pre(model, self._new_pass, prepend=True)
         for name, module in model.named_modules():
-            self.hooks.forward(module, self._forward_check(name))
+            self.hooks.forward(module, self._forward_check(name, model), with_kwargs=True)
             if backward and not any(True for _ in module.children()):
                 self.hooks.forward_pre(module, self._mark(name, "consumer"))
                 self.hooks.forward(module, self._mark_output(name))
@@ -132,6 +164,8 @@ class NonFiniteGuard:
     # -- forward -----------------------------------------------------------
 
     def _new_pass(self, module: nn.Module, args: Any) -> None:
+        if REPLAY.depth:
+            return  # the guard's own re-run of a layer (_op_of)
         self._fired_forward = False
         self._fired_backward = False
         self._pass = {}
@@ -140,17 +174,18 @@ class NonFiniteGuard:
             for h in self._pass_handles.popleft():
                 self.hooks.discard(h)
 
-    def _forward_check(self, name: str) -> Any:
-        def check_output(module: nn.Module, args: Any, output: Any) -> None:
+    def _forward_check(self, name: str, model: nn.Module) -> Any:
+        def check_output(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
             if self._fired_forward:
                 return
             bad = _bad(_tensors(output))
             if not bad:
                 return
             self._fired_forward = True
-            bad_in = _bad(_tensors(args))
+            bad_in = _bad(_tensors((args, kwargs)))
+            op = None if bad_in else _op_of(model, module, name, args, kwargs)
             self._report(NonFiniteEvent(name, "forward", born_here=not bad_in,
-                                        where="output" if not bad_in else "inputs", counts=_counts(bad)))
+                                        where="output" if not bad_in else "inputs", counts=_counts(bad), op=op))
         return check_output
 
     # -- backward ----------------------------------------------------------
