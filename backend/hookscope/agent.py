@@ -1,9 +1,13 @@
 """The Hookscope agent: a thread inside the debugged process that talks to the editor.
 
-It connects to the editor (``HOOKSCOPE_ADDR``), sends ``hello`` and the model
-trees, answers requests through one ``Engine`` per connection, and streams
-the engine's events through a bounded queue that drops and counts, so a slow
-or dead editor never blocks a training step.
+It connects to the editor (``HOOKSCOPE_ADDR``), runs the handshake
+(``hookscope.handshake``: the editor and the agent each prove they hold the
+session token, which never crosses the socket), describes its process, sends
+the model trees, answers requests through one ``Engine`` per connection, and
+streams the engine's events through a bounded queue that drops and counts,
+so a slow or dead editor never blocks a training step. Requests are read
+only from an authenticated editor, at most ``REQUEST_SHARE`` of the time
+(``RequestBudget``), on this thread, never on the training thread.
 
 The thread is hidden from the debugger (``pydev_do_not_trace`` and
 ``is_pydev_daemon_thread`` set before it starts): debugpy neither traces it
@@ -11,8 +15,10 @@ nor suspends it, so it keeps serving while the program is paused at a layer
 breakpoint.
 
 When the connection drops or the editor goes silent, every hook is removed
-within ``SILENCE_LIMIT_S`` and the agent keeps trying to reconnect with
-backoff; a new connection gets a fresh ``hello``, the models and a fresh engine.
+within ``SILENCE_LIMIT_S`` and the agent tries to reconnect with backoff, to
+an editor that proves the token only; a new connection gets a fresh
+handshake, the models and a fresh engine. After ``RECONNECT_GIVE_UP_S``
+without one, it gives up and says so on stderr.
 
 Only one agent runs per process (``start``). It starts from the environment
 (``start_from_env``, used by the bootstrap) only in processes that should
@@ -34,7 +40,7 @@ import time
 import weakref
 from typing import Any, Callable, Protocol
 
-from . import __version__, codec, protocol
+from . import __version__, codec, handshake, protocol
 from .protocol import ProtocolError
 
 ENV_ADDR = "HOOKSCOPE_ADDR"
@@ -46,6 +52,22 @@ QUEUE_LIMIT = 4096
 """Droppable events waiting to be sent; more are dropped and counted."""
 ESSENTIAL_LIMIT = 65536
 """Replies, hits and model events are kept beyond QUEUE_LIMIT, up to this many."""
+QUEUE_BYTES_LIMIT = 16 * 1024 * 1024
+"""Estimated bytes of droppable events waiting; more are dropped and counted."""
+ESSENTIAL_BYTES_LIMIT = 64 * 1024 * 1024
+"""Estimated bytes of all messages waiting; an essential one past this is dropped (a reply is
+replaced by a small error reply)."""
+REQUEST_SHARE = 0.1
+"""Share of the time the editor's requests may take while the program runs (``RequestBudget``)."""
+REQUEST_BURST_S = 1.0
+"""Request work that may run back to back before the share applies (a few renders in a row)."""
+SHED_AFTER_S = 5.0
+"""A request read this long ago and still not started is answered ``busy`` unprocessed."""
+RECV_BYTES = 16 * 1024
+"""Bytes read from the editor at a time; the next read waits until they are all handled."""
+RECONNECT_GIVE_UP_S = 60.0
+"""Without an editor that proves the token for this long (since the start or since the last one
+left), the agent stops trying: Hookscope is off in the process, the program runs on."""
 OUT_BUFFER_LIMIT = 256 * 1024
 """Encoded bytes waiting for the socket; past this the queue is not drained (and so drops).
 Small, so that a hit or a stats event waits behind little already-encoded data on a slow editor
@@ -84,43 +106,89 @@ def _default_engine_factory(emit: Callable[[dict], None]) -> EngineLike:
     return Engine(emit)
 
 
+def approx_size(message: dict) -> int:
+    """A cheap estimate of a message's encoded size: the payload bytes and strings of the message
+    and of its maps (a reply's body, a model tree), and ``_ENTRY_BYTES`` per other entry.
+    Two levels only, so the training thread can afford it for every event it queues."""
+    total = _ENTRY_BYTES
+    for value in message.values():
+        total += _shallow_size(value)
+        if isinstance(value, dict):
+            total += sum(_shallow_size(v) for v in value.values())
+    return total
+
+
+_ENTRY_BYTES = 128
+
+
+def _shallow_size(value: Any) -> int:
+    if isinstance(value, (bytes, bytearray, str)):
+        return len(value)
+    if isinstance(value, (list, tuple, dict)):
+        return _ENTRY_BYTES * len(value)
+    return 8
+
+
 class OutgoingQueue:
     """Bounded, thread-safe queue of outgoing messages: ``put`` never blocks, it drops and counts.
 
     Essential messages (replies, hits, model events, stats) wait in their own lane, so that
     ``take_urgent`` can send them ahead of thousands of droppable summaries queued for a slow
-    editor; ``take`` keeps the overall order.
+    editor; ``take`` keeps the overall order. Both lanes are capped by count and by (estimated)
+    bytes; a reply that does not fit is replaced by a small error reply, so its request still
+    gets exactly one answer.
     """
 
-    def __init__(self, limit: int = QUEUE_LIMIT, essential_limit: int = ESSENTIAL_LIMIT) -> None:
+    def __init__(self, limit: int = QUEUE_LIMIT, essential_limit: int = ESSENTIAL_LIMIT,
+                 byte_limit: int = QUEUE_BYTES_LIMIT, essential_byte_limit: int = ESSENTIAL_BYTES_LIMIT) -> None:
         self._items: collections.deque[dict] = collections.deque()
         """Droppable messages, oldest first."""
         self._essential: collections.deque[dict] = collections.deque()
-        self._order: dict[int, int] = {}
-        """id(message) -> sequence number, for ``take``'s overall order."""
+        self._order: dict[int, tuple[int, int]] = {}
+        """id(message) -> (sequence number, estimated bytes), for ``take``'s overall order."""
         self._seq = 0
         self._lock = threading.Lock()
         self._limit = limit
         self._essential_limit = essential_limit
+        self._byte_limit = byte_limit
+        self._essential_byte_limit = essential_byte_limit
+        self.bytes = 0
+        """Estimated bytes waiting (both lanes)."""
+        self._droppable_bytes = 0
         self.dropped = 0
 
     def put(self, message: dict) -> bool:
         essential = message.get("type") in ESSENTIAL_TYPES
+        size = approx_size(message)
         with self._lock:
-            size = len(self._items) + len(self._essential)
-            if size >= self._essential_limit or (size >= self._limit and not essential):
+            count = len(self._items) + len(self._essential)
+            if count >= self._essential_limit or (count >= self._limit and not essential):
+                self.dropped += 1
+                return False
+            if essential and self.bytes + size > self._essential_byte_limit:
+                self.dropped += 1
+                if message.get("type") != "reply" or "error" in message:
+                    return False
+                message = _too_large(message, size, self.bytes)
+                size = approx_size(message)
+            elif not essential and self._droppable_bytes + size > self._byte_limit:
                 self.dropped += 1
                 return False
             self._seq += 1
-            self._order[id(message)] = self._seq
-            (self._essential if essential else self._items).append(message)
+            self._order[id(message)] = (self._seq, size)
+            self.bytes += size
+            if essential:
+                self._essential.append(message)
+            else:
+                self._items.append(message)
+                self._droppable_bytes += size
             return True
 
     def take(self) -> dict | None:
         """The oldest message of either lane."""
         with self._lock:
-            if self._essential and (not self._items or self._order[id(self._essential[0])]
-                                    < self._order[id(self._items[0])]):
+            if self._essential and (not self._items or self._order[id(self._essential[0])][0]
+                                    < self._order[id(self._items[0])][0]):
                 return self._pop(self._essential)
             return self._pop(self._items) if self._items else None
 
@@ -133,7 +201,10 @@ class OutgoingQueue:
 
     def _pop(self, lane: collections.deque[dict]) -> dict:
         message = lane.popleft()
-        self._order.pop(id(message), None)
+        _, size = self._order.pop(id(message), (0, 0))
+        self.bytes -= size
+        if lane is self._items:
+            self._droppable_bytes -= size
         return message
 
     def clear(self) -> None:
@@ -141,9 +212,50 @@ class OutgoingQueue:
             self._items.clear()
             self._essential.clear()
             self._order.clear()
+            self.bytes = self._droppable_bytes = 0
 
     def __len__(self) -> int:
         return len(self._items) + len(self._essential)
+
+
+def _too_large(reply: dict, size: int, waiting: int) -> dict:
+    return protocol.error_reply(reply.get("re", -1), protocol.ERR_NOT_AVAILABLE,
+                                f"the reply (about {size / 1e6:.1f} MB) does not fit beside the "
+                                f"{waiting / 1e6:.1f} MB waiting for a slow editor: try again")
+
+
+class RequestBudget:
+    """The share of time the agent may spend on the editor's requests (a token bucket).
+
+    Reading, decoding and answering requests may take ``share`` of the time on average,
+    in bursts of up to ``burst`` seconds; past that the agent stops reading the socket until
+    the bucket refills, so a flood waits in the editor's buffers (TCP flow control), not in
+    the debuggee, and costs the training thread at most that share of the interpreter.
+    Costs are the agent thread's own CPU time.
+    """
+
+    def __init__(self, share: float = REQUEST_SHARE, burst: float = REQUEST_BURST_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.share, self.burst, self._clock = share, burst, clock
+        self._tokens = burst
+        self._at = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.share)
+        self._at = now
+
+    def available(self) -> bool:
+        self._refill()
+        return self._tokens > 0
+
+    def spend(self, seconds: float) -> None:
+        self._tokens -= seconds
+
+    def wait_s(self) -> float:
+        """How long until work may go on again (0 when it may now)."""
+        self._refill()
+        return 0.0 if self._tokens > 0 else -self._tokens / self.share + 1e-3
 
 
 class Agent:
@@ -173,6 +285,16 @@ class Agent:
         self._connected = threading.Event()
         self._thread: threading.Thread | None = None
         self._refused: str | None = None
+        self._gave_up: str | None = None
+        self.budget = RequestBudget()
+        self.shed = 0
+        """Requests answered ``busy`` unprocessed (a flood the agent fell behind on)."""
+        self._last_stats_shed = 0
+        self._rx_at = 0.0
+        """When the bytes being handled were read (requests older than SHED_AFTER_S are shed)."""
+        self._pauses = 0
+        """Threads paused at a hit now: no training runs, so requests need no budget."""
+        self._pauses_lock = threading.Lock()
         self._next_ping_id = 1
         self._editor_answers_pings = False
         self._last_rx = 0.0
@@ -190,7 +312,9 @@ class Agent:
             discovery = Discovery(self._on_model_added, self._on_model_removed)
         self.discovery = discovery
         self.connections = 0
-        """How many times a connection was made (tests, logs)."""
+        """How many times an editor was connected and proved the token (tests, logs)."""
+        self.attempts = 0
+        """How many connections were opened (authenticated or not)."""
 
     # -- public ----------------------------------------------------------------
     def start(self) -> None:
@@ -206,6 +330,10 @@ class Agent:
 
     def emit(self, event: dict) -> None:
         """Queue an event for the editor; never blocks (drops and counts when full)."""
+        mtype = event.get("type")
+        if (mtype == "hit" and event.get("pausing")) or mtype == "resumed":
+            with self._pauses_lock:
+                self._pauses = self._pauses + 1 if mtype == "hit" else max(0, self._pauses - 1)
         if not self._connected.is_set():
             return  # nobody listens: events of a dead connection are not kept
         if self._replaying and event.get("code") == "breakpointUnresolved":
@@ -247,8 +375,13 @@ class Agent:
 
     @property
     def refused(self) -> str | None:
-        """Why the editor refused this agent for good (wrong token, protocol mismatch)."""
+        """Why the editor refused this agent for good in the handshake (wrong token, protocol mismatch)."""
         return self._refused
+
+    @property
+    def gave_up(self) -> str | None:
+        """Why the agent stopped trying to reach an editor (none proved the token for RECONNECT_GIVE_UP_S)."""
+        return self._gave_up
 
     # -- discovery callbacks (any thread) ------------------------------------------
     def _on_model_added(self, model_id: str, module: Any, tree: dict) -> None:
@@ -283,26 +416,80 @@ class Agent:
     # -- the thread --------------------------------------------------------------
     def _run(self) -> None:
         attempt = 0
+        editor_seen = time.monotonic()
+        """The start, or when the last authenticated editor left."""
         while not self._stop.is_set():
+            if time.monotonic() - editor_seen > RECONNECT_GIVE_UP_S:
+                self._give_up()
+                return
             try:
                 sock = socket.create_connection((self.host, self.port), timeout=2.0)
             except OSError as exc:
-                delay = RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)]
                 if attempt == 0:
                     log.info("cannot reach the editor at %s:%s (%s); retrying", self.host, self.port, exc)
                 attempt += 1
-                self._idle(delay)
+                self._idle(RECONNECT_BACKOFF_S[min(attempt - 1, len(RECONNECT_BACKOFF_S) - 1)])
                 continue
-            attempt = 0
+            served = False
+            self.attempts += 1
             try:
-                self._serve(sock)
+                served = self._authenticate(sock)
+                if served:
+                    self._serve(sock)
             except Exception:
                 log.exception("agent connection failed")
             finally:
                 self._disconnected(sock)
             if self._refused is not None:
+                self._finish()
                 return
-            self._idle(RECONNECT_BACKOFF_S[0])
+            if served:
+                attempt, editor_seen = 0, time.monotonic()
+                self._idle(RECONNECT_BACKOFF_S[0])
+            else:
+                attempt += 1
+                self._idle(RECONNECT_BACKOFF_S[min(attempt - 1, len(RECONNECT_BACKOFF_S) - 1)])
+
+    def _authenticate(self, sock: socket.socket) -> bool:
+        """Run the handshake; True once the editor proved the token (then, and only then,
+        ``_serve`` reads requests from it)."""
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            handshake.as_backend(sock, self.token, self._describe_process,
+                                 time.monotonic() + protocol.HELLO_DEADLINE_S)
+            return True
+        except handshake.HandshakeFailed as exc:
+            if exc.final:
+                self._refused = f"{exc.code}: {exc.message}"
+                text = (f"hookscope: the editor refused this process ({exc.code}): {exc.message}. "
+                        "Hookscope stays off in this process.")
+                log.error(text)
+                print(text, file=sys.stderr, flush=True)
+            else:
+                # Never the token, nor anything the peer sent beyond the error's own text.
+                log.warning("the peer at %s:%s is not an editor of this session (%s: %s): not connected",
+                            self.host, self.port, exc.code, exc.message)
+            return False
+        except OSError as exc:
+            log.info("handshake with %s:%s failed: %s", self.host, self.port, exc)
+            return False
+
+    def _give_up(self) -> None:
+        self._gave_up = (f"no editor at {self.host}:{self.port} proved the session token for "
+                         f"{RECONNECT_GIVE_UP_S:g} s")
+        text = (f"hookscope: {self._gave_up}: the editor is gone. Hookscope is off in this process "
+                "(its hooks were removed); the program runs on.")
+        log.warning(text)
+        print(text, file=sys.stderr, flush=True)
+        self._finish()
+
+    def _finish(self) -> None:
+        """The agent stops for good: nothing of discovery stays armed."""
+        if self.discovery is not None:
+            try:
+                self.discovery.stop()
+            except Exception:
+                log.exception("stopping discovery failed")
 
     def _idle(self, seconds: float) -> None:
         """Wait while keeping discovery going (models created while no editor is connected)."""
@@ -315,12 +502,10 @@ class Agent:
             self._stop.wait(min(left, POLL_INTERVAL_S))
 
     def _serve(self, sock: socket.socket) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        """Serve an editor that has proved the token (``_authenticate``), until it goes away."""
         # A modest kernel buffer: what is queued for a slow editor waits in our queue, where
         # essential messages overtake summaries, not in the kernel, where nothing can.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-        sock.settimeout(2.0)
-        sock.sendall(codec.frame(self._hello()))
         sock.setblocking(False)
         self._sock = sock
         self.connections += 1
@@ -330,17 +515,32 @@ class Agent:
         self._last_tx_progress = 0.0
         log.info("connected to the editor at %s:%s", self.host, self.port)
         self._open_engine()
-        reader = codec.FrameReader()
+        # Requests are small: a frame over 1 MiB, or one holding more maps and arrays than a
+        # request needs, is refused before it becomes objects.
+        reader = codec.FrameReader(protocol.MAX_REQUEST_FRAME_BYTES, protocol.MAX_REQUEST_CONTAINERS)
         selector = selectors.DefaultSelector()
-        selector.register(sock, selectors.EVENT_READ)
         selector.register(self._wake_r, selectors.EVENT_READ)
+        registered = 0
         next_poll = next_structure = time.monotonic()
         try:
             while not self._stop.is_set():
+                if not self._handle_requests(reader):
+                    return
                 self._fill_out_buffer()
-                want = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
-                selector.modify(sock, want)
-                for key, mask in selector.select(POLL_INTERVAL_S):
+                # Read only when what was read is handled and the budget allows: a flood waits in
+                # the editor's buffers, not in this process.
+                reading = not _frame_waiting(reader) and self._may_work()
+                want = (selectors.EVENT_READ if reading else 0) | (selectors.EVENT_WRITE if self._out else 0)
+                if want != registered:
+                    if not want:
+                        selector.unregister(sock)
+                    elif not registered:
+                        selector.register(sock, want)
+                    else:
+                        selector.modify(sock, want)
+                    registered = want
+                timeout = POLL_INTERVAL_S if reading else min(POLL_INTERVAL_S, self.budget.wait_s())
+                for key, mask in selector.select(timeout):
                     if key.fileobj is self._wake_r:
                         self._drain_wakeups()
                         continue
@@ -364,7 +564,9 @@ class Agent:
                             self.discovery.check_structure(blocking=False)
                         except Exception:
                             log.exception("model structure check failed")
-                if not self._check_liveness(now):
+                if not reading:
+                    self._last_rx = now  # not listening now: the silence counts from when we listen again
+                elif not self._check_liveness(now):
                     log.warning("the editor went silent for %.1f s: removing hooks", SILENCE_LIMIT_S)
                     return
             # stop(): hand over what is queued before closing.
@@ -378,11 +580,9 @@ class Agent:
         finally:
             selector.close()
 
-    def _hello(self) -> dict:
+    def _describe_process(self) -> dict:
+        """The ``process`` message's fields: sent only once the editor has proved the token."""
         hello = {
-            "type": "hello",
-            "token": self.token,
-            "protocol": protocol.PROTOCOL_VERSION,
             "pid": os.getpid(),
             "rank": _env_int("RANK", 0),
             "worldSize": _env_int("WORLD_SIZE", 1),
@@ -466,8 +666,9 @@ class Agent:
 
     # -- receiving -----------------------------------------------------------------
     def _receive(self, sock: socket.socket, reader: codec.FrameReader) -> bool:
+        started = time.thread_time()
         try:
-            data = sock.recv(1 << 16)
+            data = sock.recv(RECV_BYTES)
         except (BlockingIOError, InterruptedError):
             return True
         except OSError as exc:
@@ -476,20 +677,42 @@ class Agent:
         if not data:
             log.info("the editor closed the connection")
             return False
-        self._last_rx = time.monotonic()
+        self._last_rx = self._rx_at = time.monotonic()
         self._pinged_at = None
-        try:
-            messages = reader.feed(data)
-        except ProtocolError as exc:
-            # The stream cannot be re-synchronised after a bad frame header: say why and drop it.
-            self._send_now(protocol.error_reply(-1, exc.code, str(exc)))
-            log.warning("bad frame from the editor: %s", exc)
-            return False
-        for message in messages:
-            self._on_message(message)
-            if self._refused is not None:
-                return False
+        reader.push(data)
+        self._spend(started)
         return True
+
+    def _handle_requests(self, reader: codec.FrameReader) -> bool:
+        """Decode and handle what was read, one frame at a time, while the budget allows.
+        False when the stream is broken (the connection must close)."""
+        while self._may_work():
+            started = time.thread_time()
+            try:
+                complete, message = reader.next()
+            except ProtocolError as exc:
+                # The stream cannot be re-synchronised after a bad frame header: say why and drop it.
+                self._send_now(protocol.error_reply(-1, exc.code, str(exc)))
+                log.warning("bad frame from the editor: %s", exc)
+                return False
+            if not complete:
+                return True
+            if time.monotonic() - self._rx_at > SHED_AFTER_S and _is_request(message):
+                self.shed += 1
+                self._reply_error(message["id"], protocol.ERR_BUSY, "the backend is behind on requests: "
+                                  "this one was dropped unprocessed (the program runs on)")
+            else:
+                self._on_message(message)
+            self._spend(started)
+        return True
+
+    def _may_work(self) -> bool:
+        """Whether request work may run now: within the budget, or while the program is paused."""
+        return self._pauses > 0 or self.budget.available()
+
+    def _spend(self, started_cpu: float) -> None:
+        if self._pauses == 0:
+            self.budget.spend(time.thread_time() - started_cpu)
 
     def _on_message(self, message: Any) -> None:
         request_id = message.get("id") if isinstance(message, dict) else None
@@ -554,14 +777,8 @@ class Agent:
                               "imported torch")
 
     def _on_reply(self, message: dict) -> None:
-        error = message.get("error")
-        if isinstance(error, dict) and error.get("code") in (protocol.ERR_TOKEN, protocol.ERR_VERSION):
-            self._refused = f"{error.get('code')}: {error.get('message')}"
-            text = (f"hookscope: the editor refused this process ({error.get('code')}): "
-                    f"{error.get('message')}. Hookscope stays off in this process.")
-            log.error(text)
-            print(text, file=sys.stderr, flush=True)
-            return
+        # A reply answers one of our heartbeats and nothing else: whatever its error code, it
+        # changes nothing else (refusals belong to the handshake).
         if message.get("re", 0) > 0 and message.get("re") < self._next_ping_id:
             self._editor_answers_pings = True
 
@@ -633,13 +850,13 @@ class Agent:
             log.exception("model discovery failed")
 
     def _maybe_send_stats(self) -> None:
-        dropped = self.queue.dropped
-        if dropped != self._last_stats_dropped:
+        dropped, shed = self.queue.dropped, self.shed
+        if dropped != self._last_stats_dropped or shed != self._last_stats_shed:
             now = time.monotonic()
             if now - self._stats_at >= STATS_INTERVAL_S:
                 self._stats_at = now
-                self._last_stats_dropped = dropped
-                self.queue.put({"type": "stats", "dropped": dropped, "queued": len(self.queue)})
+                self._last_stats_dropped, self._last_stats_shed = dropped, shed
+                self.queue.put({"type": "stats", "dropped": dropped, "queued": len(self.queue), "shed": shed})
 
     def _check_liveness(self, now: float) -> bool:
         silent = now - self._last_rx
@@ -766,6 +983,24 @@ def _setup_file_logging() -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.DEBUG)
+
+
+def _frame_waiting(reader: codec.FrameReader) -> bool:
+    try:
+        return reader.has_frame()
+    except ProtocolError:
+        return True  # a bad header: the next _handle_requests says so and closes
+
+
+def _is_request(message: Any) -> bool:
+    """A request the agent could answer under its id (sheddable)."""
+    if not isinstance(message, dict):
+        return False
+    mtype = message.get("type")
+    definition = protocol.MESSAGES_BY_TYPE.get(mtype) if isinstance(mtype, str) else None
+    request_id = message.get("id")
+    return (definition is not None and definition.kind == "request" and definition.direction == "toBackend"
+            and isinstance(request_id, int) and not isinstance(request_id, bool))
 
 
 def _locations(tree: dict) -> dict[str, tuple[str, int]]:

@@ -1,8 +1,10 @@
 """Framing and msgpack coding of protocol messages, with the bounds checked before decoding.
 
 A frame is a 4-byte big-endian length followed by one msgpack map. Decoding
-refuses oversize frames from the header alone, bounds collection sizes in
-the unpacker itself, and checks nesting depth afterwards.
+refuses oversize frames from the header alone (each reader has its own
+limit: a few KiB during the handshake, 1 MiB for requests), bounds
+collection sizes in the unpacker itself (and, for requests, the number of
+maps and arrays), and checks nesting depth afterwards.
 """
 
 from __future__ import annotations
@@ -31,27 +33,46 @@ def frame(message: dict[str, Any]) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def frame_length(header: bytes) -> int:
-    """Body length announced by a header; refuses an oversize frame before reading it."""
+def frame_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
+    """Body length announced by a header; refuses a frame over ``limit`` before reading it."""
     (length,) = _HEADER.unpack(header)
-    if length > MAX_FRAME_BYTES:
-        raise ProtocolError(ERR_BAD_MESSAGE,
-                            f"frame of {length} bytes exceeds the limit of {MAX_FRAME_BYTES}")
+    if length > limit:
+        raise ProtocolError(ERR_BAD_MESSAGE, f"frame of {length} bytes exceeds the limit of {limit}")
     return length
 
 
-def decode(body: bytes) -> Any:
-    """Decode one frame body with bounded sizes and depth. Raises ProtocolError."""
+class _TooManyContainers(Exception):
+    pass
+
+
+def decode(body: bytes, max_containers: int | None = None) -> Any:
+    """Decode one frame body with bounded sizes and depth (and, when given, at most
+    ``max_containers`` maps and arrays in all). Raises ProtocolError."""
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(ERR_BAD_MESSAGE, "frame exceeds the limit")
+    hooks: dict[str, Any] = {}
+    if max_containers is not None:
+        built = [0]
+
+        def count(container: Any) -> Any:
+            # Called as each map or array is finished: the decoding stops at the first one too many,
+            # so a frame of empty maps cannot become millions of objects.
+            built[0] += 1
+            if built[0] > max_containers:
+                raise _TooManyContainers
+            return container
+
+        hooks = {"object_hook": count, "list_hook": count}
     try:
         value = msgpack.unpackb(
             body, raw=False, strict_map_key=True, use_list=True,
             max_str_len=len(body), max_bin_len=len(body),
             max_array_len=min(len(body), MAX_COLLECTION),
             max_map_len=min(len(body) // 2, MAX_COLLECTION),
-            max_ext_len=0,
+            max_ext_len=0, **hooks,
         )
+    except _TooManyContainers:
+        raise ProtocolError(ERR_BAD_MESSAGE, f"a message may hold at most {max_containers} maps and arrays") from None
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
             TypeError, UnicodeDecodeError) as exc:
         raise ProtocolError(ERR_BAD_MESSAGE, f"undecodable frame: {exc}") from None
@@ -81,11 +102,17 @@ def _default(obj: Any) -> Any:
 
 
 class FrameReader:
-    """Incremental frame splitter for a byte stream (used by the agent and by tests)."""
+    """Incremental frame splitter for a byte stream (used by the agent and by tests).
 
-    def __init__(self) -> None:
+    ``limit`` caps each frame (from its header, before its body is read); ``max_containers``
+    caps the maps and arrays one decoded frame may hold.
+    """
+
+    def __init__(self, limit: int = MAX_FRAME_BYTES, max_containers: int | None = None) -> None:
         self._buf = bytearray()
         self._need: int | None = None
+        self.limit = limit
+        self._max_containers = max_containers
 
     def feed(self, data: bytes) -> list[Any]:
         """Add bytes; return every complete decoded message. Raises ProtocolError on a bad frame."""
@@ -95,12 +122,39 @@ class FrameReader:
             if self._need is None:
                 if len(self._buf) < HEADER_BYTES:
                     break
-                self._need = frame_length(bytes(self._buf[:HEADER_BYTES]))
+                self._need = frame_length(bytes(self._buf[:HEADER_BYTES]), self.limit)
                 del self._buf[:HEADER_BYTES]
             if len(self._buf) < self._need:
                 break
             body = bytes(self._buf[: self._need])
             del self._buf[: self._need]
             self._need = None
-            out.append(decode(body))
+            out.append(decode(body, self._max_containers))
         return out
+
+    def next(self) -> tuple[bool, Any]:
+        """At most one message from what was fed: (True, message) or (False, None)."""
+        if not self.has_frame():
+            return False, None
+        assert self._need is not None
+        body = bytes(self._buf[: self._need])
+        del self._buf[: self._need]
+        self._need = None
+        return True, decode(body, self._max_containers)
+
+    def has_frame(self) -> bool:
+        """Whether a whole frame is buffered (checks its header against the limit)."""
+        if self._need is None:
+            if len(self._buf) < HEADER_BYTES:
+                return False
+            self._need = frame_length(bytes(self._buf[:HEADER_BYTES]), self.limit)
+            del self._buf[:HEADER_BYTES]
+        return len(self._buf) >= self._need
+
+    def push(self, data: bytes) -> None:
+        """Add bytes without decoding (``next`` takes messages one at a time)."""
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)

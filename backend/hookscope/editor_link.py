@@ -2,9 +2,11 @@
 
 It does what the VS Code extension does: listen on 127.0.0.1 (ephemeral
 port), hand out a fresh token, accept one connection per debuggee process,
-require a valid ``hello`` first (a wrong token or protocol version gets an
-error reply and the connection is closed), answer the backend's pings, match
-replies to requests, and queue events for whoever waits on them.
+run the handshake first (``hookscope.handshake``: both sides prove the token
+without sending it; small frames, one deadline; a wrong proof or protocol
+version gets an error reply and the connection is closed), answer the
+backend's pings, match replies to requests, and queue events for whoever
+waits on them.
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ import time
 import uuid
 from typing import Any, Callable
 
-from . import codec, protocol
+from . import codec, handshake, protocol
 from .protocol import ProtocolError
+
+ACCEPT_POLL_S = 0.5
+"""How often the accepting thread checks that the link was closed (where closing the listening
+socket does not wake ``accept``)."""
 
 
 class RequestError(Exception):
@@ -36,6 +42,7 @@ class BackendConnection:
         self.link = link
         self.sock = sock
         self.hello = hello
+        """What the process said about itself (its ``process`` message) once both sides proved the token."""
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
         self._events: list[dict] = []
@@ -109,10 +116,8 @@ class BackendConnection:
             pass
         self.sock.close()
 
-    def _read_loop(self, reader: codec.FrameReader, first: list) -> None:
+    def _read_loop(self, reader: codec.FrameReader) -> None:
         try:
-            for message in first:  # frames that arrived in the same read as hello
-                self._dispatch(message)
             while True:
                 data = self.sock.recv(1 << 16)
                 if not data:
@@ -158,10 +163,12 @@ class EditorLink:
         self.on_event = on_event
         self.on_connect: Callable[[BackendConnection], None] | None = None
         self._server = socket.create_server((host, 0))
+        self._server.settimeout(ACCEPT_POLL_S)
         self.host, self.port = self._server.getsockname()[:2]
         self._cond = threading.Condition()
         self.connections: list[BackendConnection] = []
         self.refused: list[str] = []
+        self._handshakes = threading.BoundedSemaphore(protocol.MAX_PENDING_HANDSHAKES)
         self._closed = False
         self._thread = threading.Thread(target=self._accept_loop, name="hookscope-editor-link", daemon=True)
         self._thread.start()
@@ -186,77 +193,94 @@ class EditorLink:
                 self._cond.wait(min(left, 0.5))
             return self.connections[index]
 
-    def close(self) -> None:
+    def close(self, timeout: float = 2 * ACCEPT_POLL_S + 1.0) -> None:
+        """Stop listening (the accepting thread ends, even while blocked in ``accept``) and close
+        every connection."""
         self._closed = True
+        try:
+            # Wakes a thread blocked in accept() on Linux; elsewhere it sees _closed within ACCEPT_POLL_S.
+            self._server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self._server.close()
         except OSError:
             pass
         for conn in list(self.connections):
             conn.close()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the accepting thread still runs."""
+        return self._thread.is_alive()
 
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
                 sock, _ = self._server.accept()
+            except socket.timeout:
+                continue
             except OSError:
                 return
+            if self._closed:
+                sock.close()
+                return
+            if not self._handshakes.acquire(blocking=False):
+                # Too many connections still in the handshake: an unknown peer gets nothing more.
+                self.refused.append("busy: too many connections in the handshake")
+                sock.close()
+                continue
             threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
 
     def _handshake(self, sock: socket.socket) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        deadline = time.monotonic() + protocol.HELLO_DEADLINE_S
-        reader = codec.FrameReader()
-        hello = None
-        rest: list = []
         try:
-            while hello is None:
-                # The deadline is for the whole hello: a client sending a byte now and then
-                # must not hold the connection open by resetting a per-read timeout.
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise socket.timeout(f"no hello within {protocol.HELLO_DEADLINE_S:g} s")
-                sock.settimeout(left)
-                data = sock.recv(1 << 16)
-                if not data:
-                    sock.close()
-                    return
-                messages = reader.feed(data)
-                if messages:
-                    hello, rest = messages[0], messages[1:]
-            protocol.validate(hello)
-            if hello.get("type") != "hello":
-                raise ProtocolError(protocol.ERR_BAD_MESSAGE, "the first message must be hello")
-            if not secrets.compare_digest(str(hello.get("token")), self.token):
-                raise ProtocolError(protocol.ERR_TOKEN, "wrong session token")
-            if hello.get("protocol") != protocol.PROTOCOL_VERSION:
-                raise ProtocolError(protocol.ERR_VERSION,
-                                    f"backend speaks protocol {hello.get('protocol')}, "
-                                    f"this editor {protocol.PROTOCOL_VERSION}")
-        except (OSError, ProtocolError) as exc:
-            code = getattr(exc, "code", protocol.ERR_BAD_MESSAGE)
-            self.refused.append(f"{code}: {exc}")
-            try:
-                sock.sendall(codec.frame(protocol.error_reply(-1, code, str(exc))))
-                # Half-close and let the backend close first: closing with unread input
-                # would send a reset that can destroy the error reply before it is read.
-                sock.shutdown(socket.SHUT_WR)
-                sock.settimeout(2.0)
-                while sock.recv(1 << 16):
-                    pass
-            except OSError:
-                pass
-            sock.close()
+            accepted = self._authenticate(sock)
+        finally:
+            self._handshakes.release()
+        if accepted is None:
             return
         sock.settimeout(None)
-        conn = BackendConnection(self, sock, hello)
+        conn = BackendConnection(self, sock, accepted)
         with self._cond:
             self.connections.append(conn)
             self._cond.notify_all()
         if self.on_connect is not None:
             self.on_connect(conn)
-        conn._read_loop(reader, rest)
+        # The backend proved the token: from now on its frames may be as large as the protocol allows.
+        conn._read_loop(codec.FrameReader())
+
+    def _authenticate(self, sock: socket.socket) -> dict | None:
+        """The backend's ``process`` message once both sides proved the token; None when refused."""
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        deadline = time.monotonic() + protocol.HELLO_DEADLINE_S
+        try:
+            _, process = handshake.as_editor(sock, lambda: (self.token,), deadline)
+            return process
+        except (OSError, handshake.HandshakeFailed) as exc:
+            code = getattr(exc, "code", protocol.ERR_BAD_MESSAGE)
+            self.refused.append(f"{code}: {exc}")
+            if isinstance(exc, handshake.HandshakeFailed):
+                _refuse(sock, code, exc.message)
+            sock.close()
+            return None
 
     def _on_closed(self, conn: BackendConnection) -> None:
         with self._cond:
             self._cond.notify_all()
+
+
+def _refuse(sock: socket.socket, code: str, text: str) -> None:
+    """Send the error reply, then let the backend close first: closing with unread input would
+    send a reset that can destroy the reply before it is read."""
+    try:
+        sock.settimeout(2.0)
+        sock.sendall(codec.frame(protocol.error_reply(-1, code, text)))
+        sock.shutdown(socket.SHUT_WR)
+        # Bounded: a peer that keeps sending is not read for ever (nor into memory).
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and sock.recv(4096):
+            pass
+    except OSError:
+        pass

@@ -14,14 +14,26 @@ reply instead of acting on it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-PROTOCOL_VERSION = 1
-"""Bumped on any incompatible change; ``hello`` carries it and a mismatch closes the connection."""
+PROTOCOL_VERSION = 2
+"""Bumped on any incompatible change; ``hello`` carries it and a mismatch closes the connection.
+2: the token never crosses the socket (challenge-response in both directions), small handshake frames."""
 
 MAX_FRAME_BYTES = 32 * 1024 * 1024
 """Frames larger than this are refused before they are decoded."""
+
+MAX_REQUEST_FRAME_BYTES = 1024 * 1024
+"""Largest frame the backend reads from the editor once it is authenticated (requests are small;
+images only travel the other way)."""
+
+MAX_REQUEST_CONTAINERS = 20_000
+"""Most maps and arrays one decoded request may hold (1,000 breakpoints use about 3,000)."""
+
+HANDSHAKE_FRAME_BYTES = 4096
+"""Every frame before the peer has proved the session token: larger is refused from its header."""
 
 MAX_DEPTH = 32
 """Deepest nesting of maps/arrays a decoded message may have."""
@@ -30,7 +42,16 @@ MAX_COLLECTION = 1_000_000
 """Largest number of entries in one decoded map or array."""
 
 HELLO_DEADLINE_S = 5.0
-"""A connection that has not presented a valid ``hello`` by then is closed."""
+"""The whole handshake (hello to proofs) must be over by then, or the connection is closed."""
+
+NONCE_BYTES = 32
+"""Length of each side's fresh random challenge."""
+
+PROOF_LABEL = b"hookscope-handshake-v2"
+"""Domain separation of the handshake's HMACs (see ``hookscope.handshake``)."""
+
+MAX_PENDING_HANDSHAKES = 32
+"""Connections an editor keeps in the handshake at once; more are closed at once."""
 
 FieldType = Literal["str", "int", "float", "bool", "bin", "list", "map", "any"]
 Direction = Literal["toExtension", "toBackend", "both"]
@@ -68,9 +89,11 @@ ERR_NOT_AVAILABLE = "notAvailable"
 ERR_INTERNAL = "internal"
 ERR_TOKEN = "badToken"
 ERR_VERSION = "protocolMismatch"
+ERR_BUSY = "busy"
+"""The request was shed unprocessed: the backend is behind (a flood of requests)."""
 
 ERROR_CODES = (ERR_BAD_MESSAGE, ERR_UNKNOWN_TYPE, ERR_UNKNOWN_LAYER, ERR_NOT_AVAILABLE,
-               ERR_INTERNAL, ERR_TOKEN, ERR_VERSION)
+               ERR_INTERNAL, ERR_TOKEN, ERR_VERSION, ERR_BUSY)
 
 PHASES = ("forward_pre", "forward", "backward", "param_grad")
 
@@ -96,9 +119,25 @@ MESSAGES: tuple[Message, ...] = (
         _f("error", "map", "{code, message} when it failed", True),
     )),
     # ---- backend -> extension ------------------------------------------
-    Message("hello", "event", "toExtension", "First frame of every connection.", (
-        _f("token", "str", "the session token the extension handed out"),
+    Message("hello", "event", "toExtension",
+            "First frame of every connection (at most HANDSHAKE_FRAME_BYTES): no token and nothing about "
+            "the process until the editor has proved the token (hookscope.handshake).", (
         _f("protocol", "int", "PROTOCOL_VERSION of the backend"),
+        _f("hookscope", "str", "hookscope package version (for the mismatch message)"),
+        _f("nonce", "bin", "the backend's fresh challenge: NONCE_BYTES random bytes"),
+    )),
+    Message("challenge", "event", "toBackend",
+            "The editor's answer to hello: its own fresh challenge.", (
+        _f("protocol", "int", "PROTOCOL_VERSION of the editor"),
+        _f("nonce", "bin", "the editor's fresh challenge: NONCE_BYTES random bytes"),
+    )),
+    Message("proof", "event", "both",
+            "HMAC-SHA256 keyed by the session token over both challenges and the sender's role: the backend "
+            "sends its proof after the challenge, the editor its own once the backend's checked out.", (
+        _f("proof", "bin", "HMAC-SHA256(token, PROOF_LABEL | role | backend nonce | editor nonce)"),
+    )),
+    Message("process", "event", "toExtension",
+            "The debuggee describes itself, once both sides have proved the token; then requests flow.", (
         _f("pid", "int", "process id of the debuggee"),
         _f("session", "str", "debug session id from HOOKSCOPE_SESSION", True),
         _f("rank", "int", "distributed rank (RANK), 0 when not distributed"),
@@ -158,11 +197,14 @@ MESSAGES: tuple[Message, ...] = (
     Message("stats", "event", "toExtension", "Queue health, sent every few seconds while events are dropped.", (
         _f("dropped", "int", "events dropped since the start because the editor was slow"),
         _f("queued", "int", "events waiting"),
+        _f("shed", "int", "requests answered 'busy' unprocessed since the start (the editor asked for more "
+           "work than the backend's share)", True),
     )),
     Message("heartbeat", "request", "toExtension",
             "The backend checks that a silent editor is alive; answer with an empty reply body. "
             "Once the editor has answered one, about 2 s without any traffic from it count as a "
-            "dead editor: the backend removes every hook and reconnects.", (), ()),
+            "dead editor: the backend removes every hook and reconnects (only to an editor that proves the "
+            "token; it gives up after a minute without one).", (), ()),
     # ---- extension -> backend ------------------------------------------
     Message("ping", "request", "toBackend", "Liveness check.", (), (
         _f("pid", "int", "process id"),
@@ -395,7 +437,174 @@ def validate(msg: Any) -> Message:
             raise ProtocolError(
                 ERR_BAD_MESSAGE,
                 f"{mtype}: field {f.name!r} must be {f.type}, got {type(msg[f.name]).__name__}")
+    if definition.kind == "request" and definition.direction == "toBackend":
+        check_bounds(msg)
     return definition
+
+
+# ---------------------------------------------------------------------------
+# Bounds of the requests that size work (checked by ``validate``, so the engine's handlers only
+# ever see values inside them). Each error names the field, the value's problem and the limit.
+
+MAX_STRING = 4096
+"""Longest string anywhere in a request (layer names, globs, paths, expressions)."""
+MAX_LIST = 100_000
+"""Longest list anywhere in a request (a watch of every layer of a very large model)."""
+MAX_BREAKPOINTS = 10_000
+MAX_RATE_HZ = 1000.0
+"""Most summaries per second per watched layer the editor may ask for."""
+MAX_HISTOGRAM_BINS = 1024
+MAX_PER_PAGE = 256
+"""Channels in one feature-map page."""
+MAX_POSITION = 2**31 - 1
+"""Largest batch item, page, channel, head or index position."""
+MAX_AXES = 64
+"""Tensors have at most this many dimensions (torch's own limit is 64 too)."""
+MAX_TILE_PX = 64
+MAX_GAP_PX = 16
+MAX_LABELS = 4096
+"""Token labels of an attention map, per axis."""
+MAX_CHANNEL_LIST = 65_536
+"""Channels (or heads) one intervention names."""
+MAX_HANDLES = 10_000
+COLORMAP_NAME_CHARS = 32
+
+
+class _Bound:
+    """A check of one option's value; ``describe`` is the allowed range, for the error."""
+
+    def __init__(self, describe: str, ok: Any) -> None:
+        self.describe, self.ok = describe, ok
+
+
+def _int(lo: int, hi: int) -> _Bound:
+    return _Bound(f"an integer from {lo} to {hi}",
+                  lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi)
+
+
+def _number(lo: float, hi: float) -> _Bound:
+    return _Bound(f"a number from {lo:g} to {hi:g}",
+                  lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi)
+
+
+_BOOL = _Bound("true or false", lambda v: isinstance(v, bool))
+_CMAP = _Bound(f"a colormap name (at most {COLORMAP_NAME_CHARS} characters)",
+               lambda v: isinstance(v, str) and 0 < len(v) <= COLORMAP_NAME_CHARS)
+_POSITION = _int(0, MAX_POSITION)
+_SIGNED_POSITION = _int(-MAX_POSITION, MAX_POSITION)
+_AXES = _Bound(f"two axis numbers from {-MAX_AXES} to {MAX_AXES - 1}",
+               lambda v: isinstance(v, (list, tuple)) and len(v) == 2
+               and all(_int(-MAX_AXES, MAX_AXES - 1).ok(a) for a in v))
+_INDEX = _Bound(f"positions by axis (at most {MAX_AXES})",
+                lambda v: (isinstance(v, dict) and len(v) <= MAX_AXES
+                           and all(str(k).lstrip("-").isdigit() and _SIGNED_POSITION.ok(x) for k, x in v.items()))
+                or (isinstance(v, (list, tuple)) and len(v) <= MAX_AXES and all(_SIGNED_POSITION.ok(x) for x in v))
+                or _SIGNED_POSITION.ok(v))
+
+
+def _labels_ok(v: Any) -> bool:
+    def axis(labels: Any) -> bool:
+        return isinstance(labels, (list, tuple)) and len(labels) <= MAX_LABELS \
+            and all(isinstance(x, str) for x in labels)
+    return axis(v) or (isinstance(v, (list, tuple)) and len(v) == 2 and all(axis(x) for x in v))
+
+
+_FEATURE_MAP = {"batch": _POSITION, "page": _POSITION, "per_page": _int(1, MAX_PER_PAGE),
+                "shared_scale": _BOOL, "sort_by_strength": _BOOL, "cmap": _CMAP, "channel": _POSITION,
+                "min_tile": _int(1, MAX_TILE_PX), "gap": _int(0, MAX_GAP_PX)}
+
+RENDER_OPTIONS: dict[str, dict[str, _Bound]] = {
+    "featureMap": _FEATURE_MAP,
+    "tensor": {"axes": _AXES, "index": _INDEX, "cmap": _CMAP},
+    "histogram": {"bins": _int(1, MAX_HISTOGRAM_BINS), "log": _BOOL,
+                  "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200)},
+    "attention": {"head": _Bound(f"a head number (0 to {MAX_POSITION}) or 'mean'",
+                                 lambda v: _POSITION.ok(v) or v in ("avg", "mean", "average")),
+                  "labels": _Bound(f"a list of at most {MAX_LABELS} strings, or two such lists", _labels_ok),
+                  "batch": _POSITION, "cmap": _CMAP, "min_tile": _int(1, MAX_TILE_PX), "gap": _int(0, MAX_GAP_PX)},
+    "gradCam": {"target": _Bound(f"a class number (0 to {MAX_POSITION}) or a list of at most {MAX_LABELS}",
+                                 lambda v: _POSITION.ok(v) or (isinstance(v, (list, tuple)) and len(v) <= MAX_LABELS
+                                                              and all(_POSITION.ok(x) for x in v))),
+                "batch": _POSITION, "alpha": _number(0.0, 1.0), "cmap": _CMAP, "eval_mode": _BOOL,
+                "token_grid": _Bound("two sizes from 1 to 4096",
+                                     lambda v: isinstance(v, (list, tuple)) and len(v) == 2
+                                     and all(_int(1, 4096).ok(x) for x in v))},
+    "gradientFlow": {"vanishing": _number(0.0, 1e30), "exploding": _number(0.0, 1e30),
+                     "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200)},
+}
+"""The options each ``render`` view accepts, and their bounds; anything else is refused."""
+
+INSPECT_OPTIONS: dict[str, _Bound] = {
+    "view": _Bound("'slice', 'featureMap' or 'summary'", lambda v: v in ("slice", "featureMap", "summary")),
+    "axes": _AXES, "index": _INDEX, **_FEATURE_MAP,
+}
+"""The options ``inspectValue`` accepts."""
+
+
+def check_bounds(msg: dict[str, Any]) -> None:
+    """Refuse a request whose sizes are out of bounds (raises ProtocolError, badMessage)."""
+    mtype = msg["type"]
+    _check_sizes(mtype, msg)
+    if mtype == "render":
+        view = msg["view"]
+        if view not in RENDER_OPTIONS:
+            raise ProtocolError(ERR_BAD_MESSAGE, f"unknown view {view[:32]!r} (one of {', '.join(RENDER_OPTIONS)})")
+        _check_options(f"render {view}", msg.get("options"), RENDER_OPTIONS[view])
+    elif mtype == "inspectValue":
+        _check_options("inspectValue", msg.get("options"), INSPECT_OPTIONS)
+    elif mtype == "watch":
+        rate = msg.get("rateHz")
+        if rate is not None and not (0 < rate <= MAX_RATE_HZ):
+            raise ProtocolError(ERR_BAD_MESSAGE, f"watch: rateHz must be > 0 and at most {MAX_RATE_HZ:g}, got {rate!r}")
+    elif mtype == "setBreakpoints" and len(msg["breakpoints"]) > MAX_BREAKPOINTS:
+        raise ProtocolError(ERR_BAD_MESSAGE, f"setBreakpoints: {len(msg['breakpoints'])} breakpoints, "
+                            f"at most {MAX_BREAKPOINTS}")
+    elif mtype == "addIntervention":
+        channels, value = msg.get("channels"), msg.get("value")
+        if channels is not None and (len(channels) > MAX_CHANNEL_LIST or not all(_POSITION.ok(c) for c in channels)):
+            raise ProtocolError(ERR_BAD_MESSAGE, f"addIntervention: channels must be at most {MAX_CHANNEL_LIST} "
+                                f"integers from 0 to {MAX_POSITION}")
+        if value is not None and not math.isfinite(value):
+            raise ProtocolError(ERR_BAD_MESSAGE, "addIntervention: value must be a finite number")
+    elif mtype == "releaseInspected":
+        handles = msg.get("handles")
+        if handles is not None and len(handles) > MAX_HANDLES:
+            raise ProtocolError(ERR_BAD_MESSAGE, f"releaseInspected: at most {MAX_HANDLES} handles")
+
+
+def _check_sizes(mtype: str, msg: dict[str, Any]) -> None:
+    """Every string and list in the request within MAX_STRING / MAX_LIST (the decoder bounds the walk)."""
+    stack: list[tuple[str, Any]] = [(k, v) for k, v in msg.items()]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str) and len(value) > MAX_STRING:
+            raise ProtocolError(ERR_BAD_MESSAGE, f"{mtype}: {where[:64]} is a string of {len(value)} characters, "
+                                f"at most {MAX_STRING}")
+        if isinstance(value, (list, tuple)):
+            if len(value) > MAX_LIST:
+                raise ProtocolError(ERR_BAD_MESSAGE, f"{mtype}: {where[:64]} has {len(value)} entries, "
+                                    f"at most {MAX_LIST}")
+            stack.extend((where, v) for v in value)
+        elif isinstance(value, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in value.items())
+
+
+def _check_options(what: str, options: Any, allowed: dict[str, _Bound]) -> None:
+    if options is None:
+        return
+    for name, value in options.items():
+        bound = allowed.get(name)
+        if bound is None:
+            raise ProtocolError(ERR_BAD_MESSAGE, f"{what}: unknown option {str(name)[:32]!r} "
+                                f"(allowed: {', '.join(sorted(allowed))})")
+        if value is not None and not bound.ok(value):
+            raise ProtocolError(ERR_BAD_MESSAGE, f"{what}: option {name!r} must be {bound.describe}, "
+                                f"got {_short(value)}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def reply(re: int, body: dict[str, Any] | None = None) -> dict[str, Any]:

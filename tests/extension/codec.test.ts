@@ -10,6 +10,7 @@ import {
   validate,
 } from '../../extension/src/protocol/codec';
 import { MAX_DEPTH, MAX_FRAME_BYTES } from '../../extension/src/protocol/messages.gen';
+import { proof, proofMatches } from '../../extension/src/protocol/handshake';
 
 const vectorsDir = join(__dirname, '..', 'vectors');
 interface ValidVector { name: string; message: unknown; hex: string }
@@ -112,4 +113,21 @@ describe('codec: bounds and types', () => {
     assert.throws(() => validate({ type: 'toString' }), (e: unknown) => (e as ProtocolError).code === 'unknownType');
     assert.throws(() => validate([1, 2]), /must be a map/);
   });
+});
+
+describe('handshake: shared proof vectors', () => {
+  const vectors: { token: string; backendNonce: string; editorNonce: string; backendProof: string; editorProof: string }[] =
+    JSON.parse(readFileSync(join(vectorsDir, 'handshake.json'), 'utf8'));
+  for (const v of vectors) {
+    it(`computes both proofs for token ${JSON.stringify(v.token.slice(0, 8))} like the Python side`, () => {
+      const nb = Buffer.from(v.backendNonce, 'hex');
+      const ne = Buffer.from(v.editorNonce, 'hex');
+      assert.equal(proof(v.token, 'backend', nb, ne).toString('hex'), v.backendProof);
+      assert.equal(proof(v.token, 'editor', nb, ne).toString('hex'), v.editorProof);
+      assert.ok(proofMatches(Buffer.from(v.editorProof, 'hex'), new Uint8Array(Buffer.from(v.editorProof, 'hex'))));
+      // A role's proof is never the other role's: a reflected proof fails.
+      assert.ok(!proofMatches(proof(v.token, 'editor', nb, ne), proof(v.token, 'backend', nb, ne)));
+      assert.ok(!proofMatches(proof(v.token, 'editor', nb, ne), 'not bytes'));
+    });
+  }
 });

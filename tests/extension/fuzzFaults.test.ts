@@ -7,14 +7,15 @@
 import { strict as assert } from 'node:assert';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { connect, type Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import { BackendHub, type ProcessState } from '../../extension/src/backend/hub';
 import { RequestError } from '../../extension/src/backend/connection';
 import { waitFor } from '../../extension/src/common/events';
 import type { Logger } from '../../extension/src/common/logger';
-import { FrameReader, frameMessage } from '../../extension/src/protocol/codec';
+import { frameMessage } from '../../extension/src/protocol/codec';
+import { newNonce, proof } from '../../extension/src/protocol/handshake';
 import { PROTOCOL_VERSION } from '../../extension/src/protocol/messages.gen';
+import { rawBackend, rawClient } from './rawBackend';
 
 const ROOT = resolve(__dirname, '..', '..');
 const PYTHON = join(ROOT, '.venv', 'bin', 'python');
@@ -35,29 +36,8 @@ while True:
     time.sleep(0.002)
 `;
 
-function hello(token: string, pid: number): object {
-  return {
-    type: 'hello', token, protocol: PROTOCOL_VERSION, pid, rank: 0, worldSize: 1, python: '3', torch: '2',
-    hookscope: '0', argv: [], debugger: false,
-  };
-}
-
-/** A raw client: collects decoded frames, resolves when the server closes. */
-function rawClient(port: number): { socket: Socket; frames: unknown[]; closed: Promise<number> } {
-  const socket = connect(port, '127.0.0.1');
-  const reader = new FrameReader();
-  const frames: unknown[] = [];
-  const started = Date.now();
-  socket.on('data', (chunk) => {
-    try {
-      frames.push(...reader.feed(chunk));
-    } catch {
-      // the server may close mid-frame
-    }
-  });
-  socket.on('error', () => undefined);
-  const closed = new Promise<number>((res) => socket.on('close', () => res(Date.now() - started)));
-  return { socket, frames, closed };
+function hello(): object {
+  return { type: 'hello', protocol: PROTOCOL_VERSION, hookscope: '0', nonce: newNonce() };
 }
 
 describe('fault injection: extension server', function () {
@@ -85,7 +65,7 @@ describe('fault injection: extension server', function () {
     const ticket = hub.openSession();
     const port = Number(ticket.address.split(':')[1]);
     const { socket, closed } = rawClient(port);
-    const frame = frameMessage(hello(ticket.token, 1));
+    const frame = frameMessage(hello());
     let sent = 0;
     const timer = setInterval(() => {
       if (sent < frame.length - 1 && !socket.destroyed) socket.write(frame.subarray(sent, ++sent));
@@ -104,10 +84,16 @@ describe('fault injection: extension server', function () {
     const port = Number(ticket.address.split(':')[1]);
     const wrong = 'f'.repeat(ticket.token.length);
     const a = rawClient(port);
-    a.socket.write(frameMessage(hello(wrong, 2)));
+    const mine = newNonce();
+    a.socket.write(frameMessage({ type: 'hello', protocol: PROTOCOL_VERSION, hookscope: '0', nonce: mine }));
+    while (a.frames.length === 0) await new Promise((r) => setTimeout(r, 10));
+    const challenge = a.frames[0] as { type: string; nonce: Uint8Array };
+    assert.equal(challenge.type, 'challenge');
+    a.socket.write(frameMessage({ type: 'proof', proof: proof(wrong, 'backend', mine, challenge.nonce) }));
     await a.closed;
-    const reply = a.frames[0] as { error?: { code: string; message: string } };
+    const reply = a.frames[1] as { error?: { code: string; message: string } };
     assert.equal(reply.error?.code, 'badToken');
+    assert.ok(a.frames.every((f) => (f as { type?: string }).type !== 'proof'), 'the hub proves nothing to an unproven peer');
     assert.ok(!JSON.stringify(a.frames).includes(wrong) && !logged.join('\n').includes(wrong));
     assert.ok(!logged.join('\n').includes(ticket.token));
 
@@ -124,9 +110,10 @@ describe('fault injection: extension server', function () {
   it('answers heartbeats and replies with errors to garbage after hello, keeping the connection', async () => {
     const ticket = hub.openSession();
     const port = Number(ticket.address.split(':')[1]);
-    const c = rawClient(port);
-    c.socket.write(frameMessage(hello(ticket.token, 3)));
-    await waitFor(hub.onDidConnect, (p) => p.pid === 3, DEADLINE_MS, 'the raw client to connect');
+    const connected = waitFor(hub.onDidConnect, (p) => p.pid === 3, DEADLINE_MS, 'the raw client to connect');
+    const c = await rawBackend(port, ticket.token, 3);
+    await connected;
+    const handshakeFrames = c.frames.length;
     c.socket.write(frameMessage({ type: 'heartbeat', id: 41 }));
     c.socket.write(frameMessage({ type: 'frobnicate', id: 42 }));
     c.socket.write(frameMessage({ type: 'hit', breakpoint: 1 }));
@@ -134,7 +121,7 @@ describe('fault injection: extension server', function () {
     c.socket.write(frameMessage({ type: 'modelAdded', model: { id: 5 } }));
     c.socket.write(frameMessage({ type: 'heartbeat', id: 44 }));
     const deadline = Date.now() + DEADLINE_MS;
-    while (c.frames.length < 5 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    while (c.frames.length < handshakeFrames + 5 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     const byRe = (re: number) => c.frames.find((f) => (f as { re?: number }).re === re) as
       { body?: object; error?: { code: string } } | undefined;
     assert.deepEqual(byRe(41)?.body, {});

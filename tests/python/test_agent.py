@@ -10,7 +10,7 @@ import time
 import pytest
 
 from hookscope import agent as agent_mod
-from hookscope import codec, protocol
+from hookscope import codec, handshake, protocol
 from hookscope.agent import Agent, OutgoingQueue
 from hookscope.editor_link import EditorLink, RequestError
 
@@ -95,9 +95,10 @@ def test_queue_drops_and_counts_but_keeps_essential_messages():
 def test_hello_first_then_requests_reach_the_engine(link, make_agent):
     a = make_agent(link)
     conn = link.wait_connection(10)
-    hello = conn.hello
+    hello = conn.hello  # the process's description, sent once both sides proved the token
     protocol.validate(hello)
-    assert hello["pid"] == os.getpid() and hello["token"] == link.token
+    assert hello["type"] == "process" and hello["pid"] == os.getpid()
+    assert link.token not in repr(conn.received) and "token" not in hello
     assert hello["session"] == link.session and hello["rank"] == 0 and hello["worldSize"] == 1
     assert conn.request("ping")["pid"] == os.getpid()
     assert conn.request("setBreakOnNonFinite", enabled=True) == {"enabled": True}
@@ -116,7 +117,7 @@ def test_bad_messages_get_error_replies_and_the_agent_keeps_serving(link, make_a
     assert conn.wait_event("reply", timeout=10)["error"]["code"] == protocol.ERR_BAD_MESSAGE
     conn.send_raw(codec.frame([1, 2, 3]))  # type: ignore[arg-type]
     assert conn.wait_event("reply", timeout=10)["re"] == -1
-    conn.send({"type": "hello", "id": 9, "token": "x"})  # a backend->editor message
+    conn.send({"type": "hit", "id": 9, "breakpoint": "x"})  # a backend->editor message
     assert conn.wait_reply(9, 10)["error"]["code"] == protocol.ERR_BAD_MESSAGE
     with pytest.raises(RequestError) as err:
         conn.request("removeHooks")
@@ -142,7 +143,7 @@ def test_disconnect_removes_hooks_and_reconnect_sends_hello_and_models(link, mak
     first.close()
     assert wait_until(lambda: engine.shutdowns == 1 and engine.hooks == 0)
     second = link.wait_connection(15, index=1)
-    assert second.hello["type"] == "hello"
+    assert second.hello["type"] == "process"
     assert second.wait_event("modelAdded", timeout=10)["model"]["id"] == "m1"
     assert FakeEngine.instances[-1] is not engine and "m1" in FakeEngine.instances[-1].models
 
@@ -185,7 +186,8 @@ def test_emit_never_blocks_when_the_editor_does_not_read(monkeypatch):
     a = Agent(host, port, "t", engine_factory=FakeEngine, discover=False, engine_ready=lambda: True)
     a.start()
     try:
-        peer, _ = server.accept()  # accepted, never read: the socket buffers fill up
+        peer, _ = server.accept()
+        handshake.as_editor(peer, lambda: ("t",), time.monotonic() + 10)  # then never read: buffers fill up
         assert a.wait_connected(10)
         payload = {"type": "summaries", "model": "m1", "layer": "x", "phase": "forward", "step": 0,
                    "tensors": [{"blob": "x" * 4096}]}

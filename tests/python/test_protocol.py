@@ -26,6 +26,7 @@ def test_generated_typescript_is_up_to_date():
 def test_vectors_are_up_to_date():
     assert json.loads((VECTORS / "valid.json").read_text(encoding="utf-8")) == make_vectors.valid_vectors()
     assert json.loads((VECTORS / "invalid.json").read_text(encoding="utf-8")) == make_vectors.invalid_frames()
+    assert json.loads((VECTORS / "handshake.json").read_text(encoding="utf-8")) == make_vectors.handshake_vectors()
 
 
 @pytest.mark.parametrize("vector", json.loads((VECTORS / "valid.json").read_text(encoding="utf-8")),

@@ -3,6 +3,8 @@
 valid.json: message -> exact msgpack bytes (hex). Binary values are written
 as {"$bin": "<hex>"} in JSON. invalid.json: frame bytes (hex, header
 included) that a decoder must refuse, with the error code it must give.
+handshake.json: token, both nonces -> each role's proof (hookscope.handshake),
+which the TypeScript side must compute to the same bytes.
 Regenerate with `.venv/bin/python tests/vectors/make_vectors.py` after a
 protocol change; test_protocol.py fails when the files are stale.
 """
@@ -16,15 +18,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
-from hookscope import codec  # noqa: E402
+from hookscope import codec, handshake  # noqa: E402
 from hookscope.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
 VALID = {
-    "hello": {"type": "hello", "token": "t0k3n", "protocol": PROTOCOL_VERSION, "pid": 4242,
-              "session": "s-1", "rank": 0, "worldSize": 1, "python": "3.11.7", "torch": "2.13.0",
-              "hookscope": "0.1.0", "argv": ["train.py", "--lr", "0.1"], "debugger": True},
+    "hello": {"type": "hello", "protocol": PROTOCOL_VERSION, "hookscope": "0.1.0",
+              "nonce": {"$bin": "11" * 32}},
+    "challenge": {"type": "challenge", "protocol": PROTOCOL_VERSION, "nonce": {"$bin": "22" * 32}},
+    "proof": {"type": "proof", "proof": {"$bin": "33" * 32}},
+    "process": {"type": "process", "pid": 4242, "session": "s-1", "rank": 0, "worldSize": 1,
+                "python": "3.11.7", "torch": "2.13.0", "hookscope": "0.1.0",
+                "argv": ["train.py", "--lr", "0.1"], "debugger": True},
     "modelAdded": {"type": "modelAdded", "model": {
         "id": "m1", "name": "model", "cls": "SmallCNN", "params": 1234, "modules": [
             {"name": "", "cls": "SmallCNN", "params": 0, "totalParams": 1234, "leaf": False},
@@ -86,10 +92,24 @@ def valid_vectors() -> list[dict]:
             for name, msg in VALID.items()]
 
 
+def handshake_vectors() -> list[dict]:
+    cases = [("t0k3n", "11" * 32, "22" * 32), ("9f" * 24, bytes(range(32)).hex(), bytes(range(32, 64)).hex()),
+             ("tøken-ü", "00" * 32, "ff" * 32)]
+    out = []
+    for token, backend_nonce, editor_nonce in cases:
+        nb, ne = bytes.fromhex(backend_nonce), bytes.fromhex(editor_nonce)
+        out.append({"token": token, "backendNonce": backend_nonce, "editorNonce": editor_nonce,
+                    "backendProof": handshake.proof(token, handshake.BACKEND, nb, ne).hex(),
+                    "editorProof": handshake.proof(token, handshake.EDITOR, nb, ne).hex()})
+    return out
+
+
 def main() -> None:
     (HERE / "valid.json").write_text(json.dumps(valid_vectors(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     (HERE / "invalid.json").write_text(json.dumps(invalid_frames(), indent=1) + "\n", encoding="utf-8")
-    print("wrote", HERE / "valid.json", HERE / "invalid.json")
+    (HERE / "handshake.json").write_text(json.dumps(handshake_vectors(), indent=1, ensure_ascii=False) + "\n",
+                                         encoding="utf-8")
+    print("wrote", HERE / "valid.json", HERE / "invalid.json", HERE / "handshake.json")
 
 
 if __name__ == "__main__":

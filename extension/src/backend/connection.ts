@@ -1,28 +1,38 @@
 // One debuggee process connected to the extension's server: handshake, typed requests, events.
 //
-// The first frame must be a valid `hello` with a known token and our protocol version,
-// within HELLO_DEADLINE_MS, or the connection is closed with a clear reason. After that,
-// replies are matched to requests by id (with a timeout), events are validated and
-// emitted, and a message that breaks the protocol gets an error reply instead of
+// The handshake comes first (mirror of backend/hookscope/handshake.py): the backend's `hello`
+// carries a fresh nonce, we answer with ours (`challenge`), the backend proves it holds one of
+// our session tokens (`proof`, an HMAC over both nonces: the token never crosses the socket),
+// we find which one in constant time and prove it back, and only then does the backend say
+// who it is (`process`) and may requests flow. Until the backend has proved the token, each
+// frame may be at most HANDSHAKE_FRAME_BYTES (refused from its header, before its body is
+// buffered) and nothing beyond one frame is held; the whole handshake has HELLO_DEADLINE_MS.
+// After that, replies are matched to requests by id (with a timeout), events are validated
+// and emitted, and a message that breaks the protocol gets an error reply instead of
 // crashing anything. No `vscode` import: the integration test drives this directly.
 
-import { timingSafeEqual } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { Emitter } from '../common/events';
 import type { Logger } from '../common/logger';
-import { FrameReader, ProtocolError, frameMessage, validate } from '../protocol/codec';
+import { FrameReader, HEADER_BYTES, ProtocolError, frameMessage, validate } from '../protocol/codec';
+import { newNonce, proof, proofMatches } from '../protocol/handshake';
 import {
+  HANDSHAKE_FRAME_BYTES,
   HELLO_DEADLINE_MS,
+  MAX_FRAME_BYTES,
+  MAX_REQUEST_FRAME_BYTES,
   MESSAGE_SPECS,
+  NONCE_BYTES,
   PROTOCOL_VERSION,
   type FromBackend,
   type HelloMessage,
+  type ProcessMessage,
   type ReplyMessage,
   type RequestMap,
 } from '../protocol/messages.gen';
 
-/** A backend event (everything the backend sends except `hello` and replies). */
-export type BackendEvent = Exclude<FromBackend, HelloMessage | ReplyMessage>;
+/** A backend event (everything the backend sends after the handshake except replies). */
+export type BackendEvent = Exclude<FromBackend, HelloMessage | ProcessMessage | ReplyMessage>;
 
 /** An error reply from the backend, or a request that could not complete. */
 export class RequestError extends Error {
@@ -34,9 +44,12 @@ export class RequestError extends Error {
 
 export type ConnectionState = 'handshake' | 'ready' | 'closed';
 
+/** Where the handshake stands: waiting for the backend's hello, its proof, then its process message. */
+type HandshakeStep = 'hello' | 'proof' | 'process';
+
 export interface ConnectionOptions {
-  /** Session key for a token the server handed out, undefined for an unknown token. */
-  sessionForToken(token: string): string | undefined;
+  /** The live sessions as [token, session key]: the backend must prove one of these tokens. */
+  sessions(): Iterable<[string, string]>;
   log: Logger;
   helloDeadlineMs?: number;
   requestTimeoutMs?: number;
@@ -51,17 +64,11 @@ interface Pending {
 
 let nextConnectionNumber = 1;
 
-/** Constant-time comparison of two tokens (the length itself is not secret). */
-export function tokensEqual(a: string, b: string): boolean {
-  const x = Buffer.from(a, 'utf8');
-  const y = Buffer.from(b, 'utf8');
-  return x.length === y.length && timingSafeEqual(x, y);
-}
-
 export class BackendConnection {
   readonly id = `c${nextConnectionNumber++}`;
   state: ConnectionState = 'handshake';
-  hello: HelloMessage | undefined;
+  /** What the process said about itself, once both sides proved the token. */
+  process: ProcessMessage | undefined;
   sessionKey: string | undefined;
   /** Why the connection closed, once it has. */
   closeReason: string | undefined;
@@ -70,32 +77,41 @@ export class BackendConnection {
   private readonly pending = new Map<number, Pending>();
   private nextRequestId = 1;
   private helloTimer: NodeJS.Timeout | undefined;
+  private step: HandshakeStep = 'hello';
+  private backendNonce: Uint8Array | undefined;
+  private editorNonce: Buffer | undefined;
 
   private readonly readyEmitter = new Emitter<BackendConnection>();
   private readonly eventEmitter = new Emitter<BackendEvent>();
   private readonly closeEmitter = new Emitter<{ reason: string; handshake: boolean }>();
-  /** The hello was accepted. */
+  /** Both sides proved the token and the process described itself. */
   readonly onReady = this.readyEmitter.event;
   readonly onEvent = this.eventEmitter.event;
-  /** The socket closed; `handshake` says it never got past the hello. */
+  /** The socket closed; `handshake` says it never got past the handshake. */
   readonly onClose = this.closeEmitter.event;
 
   constructor(private readonly socket: Socket, private readonly options: ConnectionOptions) {
+    this.reader.limit = HANDSHAKE_FRAME_BYTES;
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('error', (err) => this.options.log.debug(`[${this.label}] socket error: ${err.message}`));
     socket.on('close', () => this.finish(this.closeReason ?? 'the process closed the connection'));
     this.helloTimer = setTimeout(
-      () => this.close(`no valid hello within ${options.helloDeadlineMs ?? HELLO_DEADLINE_MS} ms`),
+      () => this.close(`the handshake (hello, proofs) was not over within ${options.helloDeadlineMs ?? HELLO_DEADLINE_MS} ms`),
       options.helloDeadlineMs ?? HELLO_DEADLINE_MS,
     );
   }
 
+  /** Whether the backend has yet to prove the token (its frames are held to the handshake limit). */
+  private get unproven(): boolean {
+    return this.state === 'handshake' && this.step !== 'process';
+  }
+
   /** "pid 1234 · rank 0" once known. */
   get label(): string {
-    if (!this.hello) return `connection ${this.id}`;
-    const rank = this.hello.worldSize > 1 ? ` · rank ${this.hello.rank}/${this.hello.worldSize}` : '';
-    return `pid ${this.hello.pid}${rank}`;
+    if (!this.process) return `connection ${this.id}`;
+    const rank = this.process.worldSize > 1 ? ` · rank ${this.process.rank}/${this.process.worldSize}` : '';
+    return `pid ${this.process.pid}${rank}`;
   }
 
   /** Send a request and wait for its reply body. Rejects with RequestError on an error reply, timeout or close. */
@@ -115,7 +131,7 @@ export class BackendConnection {
       }, timeoutMs);
       this.pending.set(id, { type, resolve: resolve as (b: unknown) => void, reject, timer });
       try {
-        this.write({ ...params, type, id });
+        this.write({ ...params, type, id }, MAX_REQUEST_FRAME_BYTES);
       } catch (err) {
         clearTimeout(timer);
         this.pending.delete(id);
@@ -153,12 +169,20 @@ export class BackendConnection {
     return this.state === 'closed';
   }
 
-  private write(message: object): void {
-    this.socket.write(frameMessage(message));
+  private write(message: object, limit = MAX_FRAME_BYTES): void {
+    this.socket.write(frameMessage(message, limit));
   }
 
   private onData(chunk: Buffer): void {
     if (this.state === 'closed') return;
+    if (this.unproven && this.reader.pendingBytes + chunk.byteLength > HEADER_BYTES + HANDSHAKE_FRAME_BYTES) {
+      // A backend sends one small frame and waits for our answer: more is refused unread.
+      const error = new ProtocolError('badMessage', `more than ${HANDSHAKE_FRAME_BYTES} bytes before the token was proved`);
+      this.options.log.warn(`[${this.label}] ${error.message}; closing the connection`);
+      this.sendError(-1, error);
+      this.close(`protocol error: ${error.message}`, true);
+      return;
+    }
     let messages: unknown[];
     try {
       messages = this.reader.feed(chunk);
@@ -177,7 +201,10 @@ export class BackendConnection {
   }
 
   private onMessage(message: unknown): void {
-    if (this.state === 'handshake' && this.refusedBeforeValidation(message)) return;
+    if (this.state === 'handshake') {
+      this.onHandshake(message);
+      return;
+    }
     try {
       validate(message);
     } catch (err) {
@@ -185,22 +212,17 @@ export class BackendConnection {
       const re = typeof (message as { id?: unknown })?.id === 'number' ? (message as { id: number }).id : -1;
       this.options.log.warn(`[${this.label}] refused a message: ${error.message}`);
       this.sendError(re, error);
-      if (this.state === 'handshake') this.close(`the first message was not a valid hello: ${error.message}`, true);
       return;
     }
     const msg = message as FromBackend;
-    if (this.state === 'handshake') {
-      this.onHandshake(msg);
-      return;
-    }
     if (msg.type === 'reply') {
       this.onReply(msg);
     } else if (msg.type === 'heartbeat') {
       // The backend checks we are alive; once we have answered one, ~2 s of silence from us
       // makes it remove every hook (a hung editor must not keep hooks in a training run).
       this.write({ type: 'reply', re: msg.id, body: {} });
-    } else if (msg.type === 'hello') {
-      this.sendError(-1, new ProtocolError('badMessage', 'hello was already received'));
+    } else if (msg.type === 'hello' || msg.type === 'process' || (msg.type as string) === 'proof') {
+      this.sendError(-1, new ProtocolError('badMessage', `'${msg.type}' belongs to the handshake, which is over`));
     } else if (isToBackend(msg.type)) {
       // Answer a misdirected request under its own id, so the sender can match the error.
       const id = (msg as { id?: unknown }).id;
@@ -211,57 +233,91 @@ export class BackendConnection {
     }
   }
 
-  /**
-   * Token and version come before the full field check, so that a backend of another
-   * protocol version (whose hello may have other fields) still gets the clear message.
-   */
-  private refusedBeforeValidation(message: unknown): boolean {
-    const hello = message as Partial<HelloMessage> | undefined;
-    if (typeof hello !== 'object' || hello === null || hello.type !== 'hello') return false;
-    if (typeof hello.token === 'string' && this.options.sessionForToken(hello.token) === undefined) {
-      this.refuseToken(hello.pid);
-      return true;
+  /** One step of the handshake; anything unexpected closes the connection with a clear reason. */
+  private onHandshake(message: unknown): void {
+    const msg = message as Record<string, unknown> | undefined;
+    if (this.step === 'hello' && typeof msg === 'object' && msg !== null && msg.type === 'hello' &&
+        typeof msg.protocol === 'number' && msg.protocol !== PROTOCOL_VERSION) {
+      // The version first: a backend of another protocol may say hello with other fields.
+      this.refuseVersion(msg.pid, msg.protocol, msg.hookscope);
+      return;
     }
-    if (typeof hello.protocol === 'number' && hello.protocol !== PROTOCOL_VERSION) {
-      this.refuseVersion(hello.pid, hello.protocol, hello.hookscope);
-      return true;
+    if (typeof msg === 'object' && msg !== null && msg.type === 'reply' && typeof msg.error === 'object' && msg.error) {
+      const error = msg.error as { code?: unknown; message?: unknown };
+      this.close(`the process refused the handshake (${String(error.code)}): ${String(error.message).slice(0, 300)}`);
+      return;
     }
-    return false;
+    const expected = this.step;
+    try {
+      validate(message);
+      if (msg?.type !== expected) {
+        throw new ProtocolError('badMessage', `expected ${expected} in the handshake, got '${String(msg?.type).slice(0, 32)}'`);
+      }
+    } catch (err) {
+      const error = err as ProtocolError;
+      this.options.log.warn(`[${this.label}] refused a connection: ${error.message}`);
+      this.sendError(-1, error);
+      this.close(expected === 'hello' ? `the first message was not a valid hello: ${error.message}` : `handshake: ${error.message}`, true);
+      return;
+    }
+    if (expected === 'hello') this.onHello(msg as unknown as HelloMessage);
+    else if (expected === 'proof') this.onBackendProof((msg as { proof: Uint8Array }).proof);
+    else this.onProcess(msg as unknown as ProcessMessage);
   }
 
-  private refuseToken(pid: unknown): void {
-    // Never echo the token: it may be a secret of another window.
-    this.options.log.warn(`refused a connection from pid ${String(pid)}: wrong token`);
-    this.sendError(-1, new ProtocolError('badToken', 'the token does not match any Hookscope debug session of this window'));
+  private onHello(hello: HelloMessage): void {
+    if (hello.nonce.byteLength !== NONCE_BYTES) {
+      this.sendError(-1, new ProtocolError('badMessage', `a challenge must be ${NONCE_BYTES} random bytes`));
+      this.close('the hello carried no usable challenge', true);
+      return;
+    }
+    this.backendNonce = hello.nonce;
+    this.editorNonce = newNonce();
+    this.step = 'proof';
+    this.write({ type: 'challenge', protocol: PROTOCOL_VERSION, nonce: this.editorNonce });
+  }
+
+  private onBackendProof(claimed: Uint8Array): void {
+    const [nb, ne] = [this.backendNonce!, this.editorNonce!];
+    let found: [string, string] | undefined;
+    // Every live token is tried, each compared in constant time.
+    for (const [token, key] of this.options.sessions()) {
+      if (proofMatches(proof(token, 'backend', nb, ne), claimed) && !found) found = [token, key];
+    }
+    if (!found) {
+      this.refuseToken();
+      return;
+    }
+    this.sessionKey = found[1];
+    // The backend proved the token: from now on its frames may be as large as the protocol allows.
+    this.reader.limit = MAX_FRAME_BYTES;
+    this.step = 'process';
+    this.write({ type: 'proof', proof: proof(found[0], 'editor', nb, ne) });
+  }
+
+  private onProcess(process: ProcessMessage): void {
+    clearTimeout(this.helloTimer);
+    this.process = process;
+    this.state = 'ready';
+    this.readyEmitter.fire(this);
+  }
+
+  private refuseToken(): void {
+    // Never echo anything secret: the proof is all we have, and it says nothing.
+    this.options.log.warn(`refused a connection (${this.id}): wrong token (it could not prove a session token of this window)`);
+    this.sendError(-1, new ProtocolError('badToken', 'the process could not prove a token of any Hookscope debug session of this window'));
     this.close('token refused', true);
   }
 
   private refuseVersion(pid: unknown, protocol: number, version: unknown): void {
+    const who = typeof pid === 'number' ? ` in pid ${pid}` : '';
     const text =
-      `protocol version mismatch: the hookscope package in pid ${String(pid)} (version ${String(version ?? '?')}) ` +
+      `protocol version mismatch: the hookscope package${who} (version ${String(version ?? '?').slice(0, 32)}) ` +
       `speaks protocol ${protocol}, this extension speaks ${PROTOCOL_VERSION}. ` +
       (protocol < PROTOCOL_VERSION ? 'Upgrade the Python package (pip install -U hookscope).' : 'Update the Hookscope extension.');
     this.options.log.error(text);
     this.sendError(-1, new ProtocolError('protocolMismatch', text));
     this.close(text, true);
-  }
-
-  private onHandshake(msg: FromBackend): void {
-    if (msg.type !== 'hello') {
-      this.sendError(-1, new ProtocolError('badMessage', `expected hello first, got '${msg.type}'`));
-      this.close(`the first message was '${msg.type}', not hello`, true);
-      return;
-    }
-    const session = this.options.sessionForToken(msg.token);
-    if (session === undefined) {
-      this.refuseToken(msg.pid);
-      return;
-    }
-    clearTimeout(this.helloTimer);
-    this.hello = msg;
-    this.sessionKey = session;
-    this.state = 'ready';
-    this.readyEmitter.fire(this);
   }
 
   private onReply(msg: ReplyMessage): void {

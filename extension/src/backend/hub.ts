@@ -2,7 +2,9 @@
 //
 // One TCP server per window on 127.0.0.1 (ephemeral port). Each debug session gets
 // its own random token; any number of processes (workers, DDP ranks) may connect
-// with it. The hub keeps each process's models, shapes, pause state and
+// with it, each proving it holds the token (and the hub proving it back) in the
+// handshake (connection.ts); at most MAX_PENDING_HANDSHAKES connections may be in
+// the handshake at once. The hub keeps each process's models, shapes, pause state and
 // interventions, sends the current layer breakpoints and break-on-NaN switch to
 // every process when it connects (and again when it finds a model, so that
 // breakpoints given by file/line resolve), and re-emits the backend's events.
@@ -12,16 +14,17 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
 import { Emitter } from '../common/events';
 import { nullTracer, type Logger, type Tracer } from '../common/logger';
-import type {
-  BreakpointSpec,
-  HitMessage,
-  ModelTree,
-  NoticeMessage,
-  RequestMap,
-  SummariesMessage,
-  TensorSummary,
+import {
+  MAX_PENDING_HANDSHAKES,
+  type BreakpointSpec,
+  type HitMessage,
+  type ModelTree,
+  type NoticeMessage,
+  type RequestMap,
+  type SummariesMessage,
+  type TensorSummary,
 } from '../protocol/messages.gen';
-import { BackendConnection, RequestError, tokensEqual, type BackendEvent } from './connection';
+import { BackendConnection, RequestError, type BackendEvent } from './connection';
 
 export interface ModelState {
   tree: ModelTree;
@@ -86,6 +89,7 @@ export class BackendHub {
   private server: Server | undefined;
   private port = 0;
   private readonly tokens = new Map<string, string>(); // token -> session key
+  private handshaking = 0;
   private readonly connections = new Map<string, BackendConnection>();
   private readonly states = new Map<string, ProcessState>();
   private breakpoints: BreakpointSpec[] = [];
@@ -247,14 +251,30 @@ export class BackendHub {
   }
 
   private accept(socket: Socket): void {
+    if (this.handshaking >= MAX_PENDING_HANDSHAKES) {
+      // Unknown local clients cost the extension host O(1) each, and only so many at once.
+      socket.destroy();
+      this.trace.event('connection.rejected', { reason: 'too many connections in the handshake' });
+      return;
+    }
+    this.handshaking += 1;
+    let handshaking = true;
+    const handshakeOver = (): void => {
+      if (handshaking) this.handshaking -= 1;
+      handshaking = false;
+    };
     const connection = new BackendConnection(socket, {
-      sessionForToken: (token) => this.sessionForToken(token),
+      sessions: () => this.tokens.entries(),
       log: this.options.log,
       helloDeadlineMs: this.options.helloDeadlineMs,
       requestTimeoutMs: this.options.requestTimeoutMs,
     });
-    connection.onReady(() => this.onReady(connection));
+    connection.onReady(() => {
+      handshakeOver();
+      this.onReady(connection);
+    });
     connection.onClose(({ reason, handshake }) => {
+      handshakeOver();
       if (handshake) {
         this.options.log.warn(`refused a connection: ${reason}`);
         this.trace.event('connection.rejected', { reason });
@@ -265,28 +285,20 @@ export class BackendHub {
     });
   }
 
-  private sessionForToken(token: string): string | undefined {
-    // Constant-time comparison against each live token (a handful at most).
-    for (const [known, key] of this.tokens) {
-      if (tokensEqual(known, token)) return key;
-    }
-    return undefined;
-  }
-
   private onReady(connection: BackendConnection): void {
-    const hello = connection.hello!;
+    const info = connection.process!;
     const state: ProcessState = {
       id: connection.id,
       label: connection.label,
-      pid: hello.pid,
-      rank: hello.rank,
-      worldSize: hello.worldSize,
+      pid: info.pid,
+      rank: info.rank,
+      worldSize: info.worldSize,
       sessionKey: connection.sessionKey!,
-      python: hello.python,
-      torch: hello.torch,
-      hookscope: hello.hookscope,
-      argv: hello.argv,
-      debugger: hello.debugger,
+      python: info.python,
+      torch: info.torch,
+      hookscope: info.hookscope,
+      argv: info.argv,
+      debugger: info.debugger,
       models: new Map(),
       paused: undefined,
       interventions: [],

@@ -35,11 +35,11 @@ export function encodeMessage(message: object): Uint8Array {
   return encoder.encode(message);
 }
 
-/** One complete frame: header plus body. */
-export function frameMessage(message: object): Buffer {
+/** One complete frame: header plus body (refused when the body is over `limit`). */
+export function frameMessage(message: object, limit = MAX_FRAME_BYTES): Buffer {
   const body = encodeMessage(message);
-  if (body.byteLength > MAX_FRAME_BYTES) {
-    throw new ProtocolError('badMessage', `message of ${body.byteLength} bytes exceeds the frame limit`);
+  if (body.byteLength > limit) {
+    throw new ProtocolError('badMessage', `message of ${body.byteLength} bytes exceeds the frame limit of ${limit}`);
   }
   const out = Buffer.allocUnsafe(HEADER_BYTES + body.byteLength);
   out.writeUInt32BE(body.byteLength, 0);
@@ -47,12 +47,12 @@ export function frameMessage(message: object): Buffer {
   return out;
 }
 
-/** Body length announced by a header; refuses an oversize frame before it is read. */
-export function frameLength(header: Uint8Array, offset = 0): number {
+/** Body length announced by a header; refuses a frame over `limit` before it is read. */
+export function frameLength(header: Uint8Array, offset = 0, limit = MAX_FRAME_BYTES): number {
   const length =
     ((header[offset] << 24) >>> 0) + (header[offset + 1] << 16) + (header[offset + 2] << 8) + header[offset + 3];
-  if (length > MAX_FRAME_BYTES) {
-    throw new ProtocolError('badMessage', `frame of ${length} bytes exceeds the limit of ${MAX_FRAME_BYTES}`);
+  if (length > limit) {
+    throw new ProtocolError('badMessage', `frame of ${length} bytes exceeds the limit of ${limit}`);
   }
   return length;
 }
@@ -235,11 +235,14 @@ export function validate(message: unknown): MessageSpec & { type: string } {
  * Incremental frame splitter for a byte stream. `feed` returns the decoded (not yet
  * validated) bodies of every complete frame; a framing or decoding error is thrown
  * as ProtocolError and leaves the stream unusable (the connection must close).
+ * `limit` caps each frame from its header, before its body is buffered.
  */
 export class FrameReader {
   private chunks: Buffer[] = [];
   private buffered = 0;
   private need: number | undefined;
+  /** Largest frame accepted, checked from each header (small until the peer proved the token). */
+  limit = MAX_FRAME_BYTES;
 
   feed(data: Uint8Array): unknown[] {
     this.chunks.push(Buffer.from(data.buffer, data.byteOffset, data.byteLength));
@@ -248,7 +251,7 @@ export class FrameReader {
     for (;;) {
       if (this.need === undefined) {
         if (this.buffered < HEADER_BYTES) break;
-        this.need = frameLength(this.take(HEADER_BYTES));
+        this.need = frameLength(this.take(HEADER_BYTES), 0, this.limit);
       }
       if (this.buffered < this.need) break;
       const body = this.take(this.need);

@@ -2,11 +2,16 @@
 // DO NOT EDIT: change protocol.py and run `make protocol`.
 /* eslint-disable */
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 export const MAX_FRAME_BYTES = 33554432;
 export const MAX_DEPTH = 32;
 export const MAX_COLLECTION = 1000000;
 export const HELLO_DEADLINE_MS = 5000;
+export const HANDSHAKE_FRAME_BYTES = 4096;
+export const MAX_REQUEST_FRAME_BYTES = 1048576;
+export const NONCE_BYTES = 32;
+export const PROOF_LABEL = 'hookscope-handshake-v2';
+export const MAX_PENDING_HANDSHAKES = 32;
 
 export const PHASES = ['forward_pre', 'forward', 'backward', 'param_grad'] as const;
 export type Phase = typeof PHASES[number];
@@ -14,7 +19,7 @@ export const CONDITIONS = ['always', 'nonfinite', 'grad_norm_below', 'grad_norm_
 export type ConditionKind = typeof CONDITIONS[number];
 export const INTERVENTIONS = ['zero_channels', 'scale', 'mean_ablate', 'input_noise'] as const;
 export type InterventionKind = typeof INTERVENTIONS[number];
-export const ERROR_CODES = ['badMessage', 'unknownType', 'unknownLayer', 'notAvailable', 'internal', 'badToken', 'protocolMismatch'] as const;
+export const ERROR_CODES = ['badMessage', 'unknownType', 'unknownLayer', 'notAvailable', 'internal', 'badToken', 'protocolMismatch', 'busy'] as const;
 
 /** One entry of a model's named_modules(). */
 export interface ModuleInfo {
@@ -127,13 +132,36 @@ export interface ReplyMessage {
   error?: Record<string, unknown>;
 }
 
-/** First frame of every connection. */
+/** First frame of every connection (at most HANDSHAKE_FRAME_BYTES): no token and nothing about the process until the editor has proved the token (hookscope.handshake). */
 export interface HelloMessage {
   type: 'hello';
-  /** the session token the extension handed out */
-  token: string;
   /** PROTOCOL_VERSION of the backend */
   protocol: number;
+  /** hookscope package version (for the mismatch message) */
+  hookscope: string;
+  /** the backend's fresh challenge: NONCE_BYTES random bytes */
+  nonce: Uint8Array;
+}
+
+/** The editor's answer to hello: its own fresh challenge. */
+export interface ChallengeMessage {
+  type: 'challenge';
+  /** PROTOCOL_VERSION of the editor */
+  protocol: number;
+  /** the editor's fresh challenge: NONCE_BYTES random bytes */
+  nonce: Uint8Array;
+}
+
+/** HMAC-SHA256 keyed by the session token over both challenges and the sender's role: the backend sends its proof after the challenge, the editor its own once the backend's checked out. */
+export interface ProofMessage {
+  type: 'proof';
+  /** HMAC-SHA256(token, PROOF_LABEL | role | backend nonce | editor nonce) */
+  proof: Uint8Array;
+}
+
+/** The debuggee describes itself, once both sides have proved the token; then requests flow. */
+export interface ProcessMessage {
+  type: 'process';
   /** process id of the debuggee */
   pid: number;
   /** debug session id from HOOKSCOPE_SESSION */
@@ -246,9 +274,11 @@ export interface StatsMessage {
   dropped: number;
   /** events waiting */
   queued: number;
+  /** requests answered 'busy' unprocessed since the start (the editor asked for more work than the backend's share) */
+  shed?: number;
 }
 
-/** The backend checks that a silent editor is alive; answer with an empty reply body. Once the editor has answered one, about 2 s without any traffic from it count as a dead editor: the backend removes every hook and reconnects. */
+/** The backend checks that a silent editor is alive; answer with an empty reply body. Once the editor has answered one, about 2 s without any traffic from it count as a dead editor: the backend removes every hook and reconnects (only to an editor that proves the token; it gives up after a minute without one). */
 export interface HeartbeatRequest {
   type: 'heartbeat';
   id: number;
@@ -521,8 +551,8 @@ export interface ByeMessage {
   type: 'bye';
 }
 
-export type FromBackend = HelloMessage | ModelAddedMessage | ModelRemovedMessage | HitMessage | SummariesMessage | ShapesMessage | ResumedMessage | NoticeMessage | StatsMessage | HeartbeatRequest | ReplyMessage;
-export type ToBackend = PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | SetCompiledEagerRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ReleaseInspectedRequest | ByeMessage;
+export type FromBackend = HelloMessage | ProcessMessage | ModelAddedMessage | ModelRemovedMessage | HitMessage | SummariesMessage | ShapesMessage | ResumedMessage | NoticeMessage | StatsMessage | HeartbeatRequest | ReplyMessage;
+export type ToBackend = ChallengeMessage | PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | SetCompiledEagerRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ReleaseInspectedRequest | ByeMessage;
 
 /** Request type -> its params (without type/id) and its result. */
 export interface RequestMap {
@@ -549,7 +579,10 @@ export interface MessageSpec { kind: 'event' | 'request' | 'reply'; direction: s
 /** Runtime table used by validate() in codec.ts. */
 export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   reply: { kind: 'reply', direction: 'both', fields: [{ name: 're', type: 'int', optional: false }, { name: 'body', type: 'map', optional: true }, { name: 'error', type: 'map', optional: true }] },
-  hello: { kind: 'event', direction: 'toExtension', fields: [{ name: 'token', type: 'str', optional: false }, { name: 'protocol', type: 'int', optional: false }, { name: 'pid', type: 'int', optional: false }, { name: 'session', type: 'str', optional: true }, { name: 'rank', type: 'int', optional: false }, { name: 'worldSize', type: 'int', optional: false }, { name: 'python', type: 'str', optional: false }, { name: 'torch', type: 'str', optional: false }, { name: 'hookscope', type: 'str', optional: false }, { name: 'argv', type: 'list', optional: false }, { name: 'debugger', type: 'bool', optional: false }] },
+  hello: { kind: 'event', direction: 'toExtension', fields: [{ name: 'protocol', type: 'int', optional: false }, { name: 'hookscope', type: 'str', optional: false }, { name: 'nonce', type: 'bin', optional: false }] },
+  challenge: { kind: 'event', direction: 'toBackend', fields: [{ name: 'protocol', type: 'int', optional: false }, { name: 'nonce', type: 'bin', optional: false }] },
+  proof: { kind: 'event', direction: 'both', fields: [{ name: 'proof', type: 'bin', optional: false }] },
+  process: { kind: 'event', direction: 'toExtension', fields: [{ name: 'pid', type: 'int', optional: false }, { name: 'session', type: 'str', optional: true }, { name: 'rank', type: 'int', optional: false }, { name: 'worldSize', type: 'int', optional: false }, { name: 'python', type: 'str', optional: false }, { name: 'torch', type: 'str', optional: false }, { name: 'hookscope', type: 'str', optional: false }, { name: 'argv', type: 'list', optional: false }, { name: 'debugger', type: 'bool', optional: false }] },
   modelAdded: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'map', optional: false }] },
   modelRemoved: { kind: 'event', direction: 'toExtension', fields: [{ name: 'id', type: 'str', optional: false }] },
   hit: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'reason', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'summaries', type: 'list', optional: false }, { name: 'pausing', type: 'bool', optional: false }, { name: 'origin', type: 'str', optional: true }, { name: 'op', type: 'map', optional: true }, { name: 'rearm', type: 'str', optional: true }] },
@@ -557,7 +590,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   shapes: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'shapes', type: 'map', optional: false }] },
   resumed: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }] },
   notice: { kind: 'event', direction: 'toExtension', fields: [{ name: 'level', type: 'str', optional: false }, { name: 'message', type: 'str', optional: false }, { name: 'code', type: 'str', optional: true }] },
-  stats: { kind: 'event', direction: 'toExtension', fields: [{ name: 'dropped', type: 'int', optional: false }, { name: 'queued', type: 'int', optional: false }] },
+  stats: { kind: 'event', direction: 'toExtension', fields: [{ name: 'dropped', type: 'int', optional: false }, { name: 'queued', type: 'int', optional: false }, { name: 'shed', type: 'int', optional: true }] },
   heartbeat: { kind: 'request', direction: 'toExtension', fields: [] },
   ping: { kind: 'request', direction: 'toBackend', fields: [] },
   setBreakpoints: { kind: 'request', direction: 'toBackend', fields: [{ name: 'breakpoints', type: 'list', optional: false }] },

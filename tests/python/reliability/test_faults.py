@@ -21,7 +21,7 @@ import time
 import torch
 from torch import nn
 
-from hookscope import codec, protocol
+from hookscope import handshake, protocol
 from hookscope.agent import SILENCE_LIMIT_S
 from hookscope.engine import Engine
 
@@ -65,9 +65,7 @@ def test_editor_closes_mid_run_hooks_removed_training_unchanged_and_reconnect(li
         if i == 3:
             assert hook_count(model) > 0
             timings["closed"] = time.monotonic()
-            # The editor (listener and connection) goes away. shutdown() first: close() alone does not
-            # wake the EditorLink thread blocked in accept(), and the kernel keeps accepting (reported).
-            link._server.shutdown(socket.SHUT_RDWR)
+            # The editor (listener and connection) goes away.
             link.close()
         if i == 4:
             # training goes on while the agent notices; measure when the hooks are gone
@@ -80,17 +78,13 @@ def test_editor_closes_mid_run_hooks_removed_training_unchanged_and_reconnect(li
     assert global_hook_count() == globals_before
     assert not a.connected
 
-    # The editor comes back at the same address: the agent reconnects with a fresh hello.
+    # An editor listens again at the same address: the agent reconnects with a fresh handshake.
     server = socket.create_server((link.host, link.port))
     try:
         server.settimeout(30)
         peer, _ = server.accept()
-        peer.settimeout(30)
-        reader = codec.FrameReader()
-        messages: list = []
-        while not messages:
-            messages += reader.feed(peer.recv(65536))
-        assert messages[0]["type"] == "hello" and messages[0]["token"] == link.token
+        _, process = handshake.as_editor(peer, lambda: (link.token,), time.monotonic() + 30)
+        assert process["pid"] == conn.hello["pid"]
         peer.close()
     finally:
         server.close()

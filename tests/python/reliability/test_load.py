@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from hookscope import agent as agent_mod
-from hookscope import codec, discovery, protocol
+from hookscope import codec, discovery, handshake, protocol
 from hookscope.agent import Agent, OutgoingQueue
 from hookscope.engine import Engine
 
@@ -63,9 +63,14 @@ class SlowEditor:
                 continue
             except OSError:
                 return
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+            try:
+                handshake.as_editor(sock, lambda: (self.token,), time.monotonic() + 10)
+            except (OSError, handshake.HandshakeFailed):
+                sock.close()
+                continue
             self.connections += 1
             self.connected_at = time.monotonic()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
             sock.settimeout(0.2)
             self.sock = sock
             reader = codec.FrameReader()

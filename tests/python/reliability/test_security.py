@@ -1,11 +1,13 @@
 """Security of the socket, both ends in Python: the editor stand-in (EditorLink) and the agent.
 
-* EditorLink binds 127.0.0.1 only; a connection without a valid hello (silent,
-  wrong token, missing token, garbage, oversize header) is closed within the
-  hello deadline, and the refusal never echoes the token.
+* EditorLink binds 127.0.0.1 only; a connection that does not complete the
+  handshake (silent, a wrong or replayed proof, a missing proof, another
+  message first, garbage, a frame over the handshake limit, an old protocol)
+  is closed within the deadline, and the refusal never echoes the token.
 * The agent bounds what it decodes (frame size from the header, depth,
   collection sizes), answers unknown types and wrong field types with error
-  replies, keeps serving afterwards, and stops for good on badToken.
+  replies, keeps serving afterwards, and stops for good when the editor
+  refuses its proof.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 
 import msgpack
 import pytest
-from hookscope import codec, protocol
+from hookscope import codec, handshake, protocol
 from hookscope.agent import Agent
 from hookscope.editor_link import EditorLink
 
@@ -51,11 +53,19 @@ def _replies(data: bytes) -> list[dict]:
     return codec.FrameReader().feed(data)
 
 
-def _hello(token: object, **extra: object) -> dict:
-    hello = {"type": "hello", "token": token, "protocol": protocol.PROTOCOL_VERSION, "pid": 1, "rank": 0,
-             "worldSize": 1, "python": "3", "torch": "2", "hookscope": "0", "argv": [], "debugger": False}
+def _hello(nonce: bytes | None = None, **extra: object) -> dict:
+    hello = {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "hookscope": "0",
+             "nonce": nonce if nonce is not None else handshake.new_nonce()}
     hello.update(extra)
-    return {k: v for k, v in hello.items() if v is not None}
+    return hello
+
+
+def _challenge(sock: socket.socket, nonce: bytes) -> bytes:
+    """Say hello as a backend and return the editor's nonce."""
+    sock.sendall(codec.frame(_hello(nonce)))
+    challenge = handshake.read_frame(sock, time.monotonic() + 10)
+    assert challenge["type"] == "challenge", challenge
+    return challenge["nonce"]
 
 
 def test_editor_link_listens_on_loopback_only(link):
@@ -63,24 +73,37 @@ def test_editor_link_listens_on_loopback_only(link):
     assert link._server.getsockname()[0] == "127.0.0.1"
 
 
-@pytest.mark.parametrize("case", ["silent", "wrong token", "missing token", "token of wrong type",
-                                  "not hello first", "garbage bytes", "oversize header"])
+@pytest.mark.parametrize("case", ["silent", "wrong token", "replayed proof", "missing proof", "proof of wrong type",
+                                  "not hello first", "garbage bytes", "oversize header", "old protocol"])
 def test_editor_link_refuses_within_the_hello_deadline(link, case):
     secret = link.token
     sock = _connect(link)
     try:
+        mine = handshake.new_nonce()
         if case == "wrong token":
-            sock.sendall(codec.frame(_hello("0" * len(secret))))
-        elif case == "missing token":
-            sock.sendall(codec.frame(_hello(None)))
-        elif case == "token of wrong type":
-            sock.sendall(codec.frame(_hello(12345)))
+            theirs = _challenge(sock, mine)
+            wrong = handshake.proof("0" * len(secret), handshake.BACKEND, mine, theirs)
+            sock.sendall(codec.frame({"type": "proof", "proof": wrong}))
+        elif case == "replayed proof":  # right token, but for other nonces: a recorded proof is worthless
+            _challenge(sock, mine)
+            stale = handshake.proof(secret, handshake.BACKEND, mine, handshake.new_nonce())
+            sock.sendall(codec.frame({"type": "proof", "proof": stale}))
+        elif case == "missing proof":
+            _challenge(sock, mine)
+            sock.sendall(codec.frame({"type": "proof"}))
+        elif case == "proof of wrong type":
+            _challenge(sock, mine)
+            sock.sendall(codec.frame({"type": "proof", "proof": 12345}))
         elif case == "not hello first":
             sock.sendall(codec.frame({"type": "ping", "id": 1}))
         elif case == "garbage bytes":
             sock.sendall(struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1")
         elif case == "oversize header":
-            sock.sendall(struct.pack(">I", protocol.MAX_FRAME_BYTES + 1))
+            sock.sendall(struct.pack(">I", protocol.HANDSHAKE_FRAME_BYTES + 1))
+        elif case == "old protocol":  # a hookscope package of protocol 1 sent its token in hello
+            sock.sendall(codec.frame({"type": "hello", "token": secret, "protocol": 1, "pid": 1, "rank": 0,
+                                      "worldSize": 1, "python": "3", "torch": "2", "hookscope": "0.0.9",
+                                      "argv": [], "debugger": False}))
         data, took = _read_until_closed(sock, protocol.HELLO_DEADLINE_S + 10)
     finally:
         sock.close()
@@ -88,10 +111,16 @@ def test_editor_link_refuses_within_the_hello_deadline(link, case):
     assert not link.connections, "a refused connection must never be accepted"
     wait_until(lambda: link.refused, what="the refusal to be recorded")
     if case != "silent":
-        replies = _replies(data)
-        assert replies and replies[0]["type"] == "reply" and "error" in replies[0]
-        expected = protocol.ERR_TOKEN if case == "wrong token" else protocol.ERR_BAD_MESSAGE
+        replies = [m for m in _replies(data) if m["type"] == "reply"]
+        assert replies and "error" in replies[0], _replies(data)
+        expected = {"wrong token": protocol.ERR_TOKEN, "replayed proof": protocol.ERR_TOKEN,
+                    "old protocol": protocol.ERR_VERSION}.get(case, protocol.ERR_BAD_MESSAGE)
         assert replies[0]["error"]["code"] == expected
+        if case == "old protocol":
+            assert "protocol 1" in replies[0]["error"]["message"] and f"speaks {protocol.PROTOCOL_VERSION}" in \
+                replies[0]["error"]["message"]
+        # The editor's own proof is never sent to a peer that did not prove the token.
+        assert all(m["type"] != "proof" for m in _replies(data))
     # Neither the reply nor the log echoes the session token.
     assert secret.encode() not in data
     assert all(secret not in entry for entry in link.refused)
@@ -101,7 +130,7 @@ def test_editor_link_hello_deadline_is_total_not_per_read(link):
     # A client dribbling a byte every half deadline would be kept for ever by a per-read timeout.
     sock = _connect(link)
     try:
-        frame = codec.frame(_hello(link.token))
+        frame = codec.frame(_hello())
         deadline = time.monotonic() + protocol.HELLO_DEADLINE_S * 2.5
         sent = 0
         closed = False
@@ -137,7 +166,7 @@ def test_agent_stops_for_good_on_a_wrong_token_and_does_not_log_it(link, caplog,
         wait_until(lambda: a.refused is not None, what="the agent to be refused")
         assert a.refused.startswith(protocol.ERR_TOKEN)
         wait_until(lambda: not a._thread.is_alive(), what="the agent thread to end")
-        assert a.connections == 1  # it does not hammer the editor with retries
+        assert a.attempts == 1 and a.connections == 0  # it does not hammer the editor with retries
         assert not link.connections
     finally:
         a.stop()
@@ -228,7 +257,7 @@ def test_agent_answers_every_bad_message_with_an_error_reply_and_keeps_serving(l
             assert "error" in reply or all(e.get("error") for e in reply["body"]["resolved"]), reply
         else:
             assert reply.get("error", {}).get("code") == code, (message["type"][:20], reply)
-    assert conn.request("ping")["pid"] == a._hello()["pid"]
+    assert conn.request("ping")["pid"] == a._describe_process()["pid"]
     assert a.connections == 1, "bad messages must not cost the connection"
     # Error texts quote at most a bounded prefix of what was sent.
     assert all(len(str(m.get("error", {}).get("message", ""))) < 2000 for m in conn.received if m["type"] == "reply")
