@@ -57,10 +57,12 @@ QUEUE_BYTES_LIMIT = 16 * 1024 * 1024
 ESSENTIAL_BYTES_LIMIT = 64 * 1024 * 1024
 """Estimated bytes of all messages waiting; an essential one past this is dropped (a reply is
 replaced by a small error reply)."""
-REQUEST_SHARE = 0.1
+REQUEST_SHARE = 0.05
 """Share of the time the editor's requests may take while the program runs (``RequestBudget``)."""
-REQUEST_BURST_S = 1.0
+REQUEST_BURST_S = 0.25
 """Request work that may run back to back before the share applies (a few renders in a row)."""
+REQUEST_RESUME_S = 0.003
+"""Once the share is spent, request work resumes in turns of this much."""
 SHED_AFTER_S = 5.0
 """A request read this long ago and still not started is answered ``busy`` unprocessed."""
 RECV_BYTES = 16 * 1024
@@ -234,10 +236,12 @@ class RequestBudget:
     Costs are the agent thread's own CPU time.
     """
 
-    def __init__(self, share: float = REQUEST_SHARE, burst: float = REQUEST_BURST_S,
+    def __init__(self, share: float, burst: float, resume: float = REQUEST_RESUME_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.share, self.burst, self._clock = share, burst, clock
+        self.resume = min(resume, burst)
         self._tokens = burst
+        self._resting = False
         self._at = clock()
 
     def _refill(self) -> None:
@@ -246,16 +250,24 @@ class RequestBudget:
         self._at = now
 
     def available(self) -> bool:
+        # Once spent, work resumes only with ``resume`` seconds in hand: a few longer turns rather
+        # than a turn per request, since every turn costs the training thread a hand-over of the
+        # interpreter on top of the work itself.
         self._refill()
-        return self._tokens > 0
+        if self._resting and self._tokens >= self.resume:
+            self._resting = False
+        elif self._tokens <= 0:
+            self._resting = True
+        return not self._resting
 
     def spend(self, seconds: float) -> None:
         self._tokens -= seconds
 
     def wait_s(self) -> float:
         """How long until work may go on again (0 when it may now)."""
-        self._refill()
-        return 0.0 if self._tokens > 0 else -self._tokens / self.share + 1e-3
+        if self.available():
+            return 0.0
+        return (self.resume - self._tokens) / self.share + 1e-3
 
 
 class Agent:
@@ -286,7 +298,7 @@ class Agent:
         self._thread: threading.Thread | None = None
         self._refused: str | None = None
         self._gave_up: str | None = None
-        self.budget = RequestBudget()
+        self.budget = RequestBudget(REQUEST_SHARE, REQUEST_BURST_S)
         self.shed = 0
         """Requests answered ``busy`` unprocessed (a flood the agent fell behind on)."""
         self._last_stats_shed = 0
@@ -526,7 +538,9 @@ class Agent:
             while not self._stop.is_set():
                 if not self._handle_requests(reader):
                     return
+                started = time.thread_time()
                 self._fill_out_buffer()
+                self._spend(started)
                 # Read only when what was read is handled and the budget allows: a flood waits in
                 # the editor's buffers, not in this process.
                 reading = not _frame_waiting(reader) and self._may_work()
@@ -548,7 +562,9 @@ class Agent:
                         if not self._receive(sock, reader):
                             return
                     if mask & selectors.EVENT_WRITE and self._out:
+                        started = time.thread_time()
                         self._send_some(sock)
+                        self._spend(started)
                 now = time.monotonic()
                 if now >= next_poll:
                     next_poll = now + POLL_INTERVAL_S
@@ -690,6 +706,10 @@ class Agent:
             started = time.thread_time()
             try:
                 complete, message = reader.next()
+            except codec.UndecodableFrame as exc:  # the frame was skipped whole: say why and go on
+                self._reply_error(-1, exc.code, str(exc))
+                self._spend(started)
+                continue
             except ProtocolError as exc:
                 # The stream cannot be re-synchronised after a bad frame header: say why and drop it.
                 self._send_now(protocol.error_reply(-1, exc.code, str(exc)))

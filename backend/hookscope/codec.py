@@ -45,6 +45,10 @@ class _TooManyContainers(Exception):
     pass
 
 
+class UndecodableFrame(ProtocolError):
+    """A whole frame was read but its body is refused: the stream is still in step (unlike a bad header)."""
+
+
 def decode(body: bytes, max_containers: int | None = None) -> Any:
     """Decode one frame body with bounded sizes and depth (and, when given, at most
     ``max_containers`` maps and arrays in all). Raises ProtocolError."""
@@ -140,7 +144,10 @@ class FrameReader:
         body = bytes(self._buf[: self._need])
         del self._buf[: self._need]
         self._need = None
-        return True, decode(body, self._max_containers)
+        try:
+            return True, decode(body, self._max_containers)
+        except ProtocolError as exc:
+            raise UndecodableFrame(exc.code, str(exc)) from None
 
     def has_frame(self) -> bool:
         """Whether a whole frame is buffered (checks its header against the limit)."""

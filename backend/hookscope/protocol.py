@@ -29,8 +29,8 @@ MAX_REQUEST_FRAME_BYTES = 1024 * 1024
 """Largest frame the backend reads from the editor once it is authenticated (requests are small;
 images only travel the other way)."""
 
-MAX_REQUEST_CONTAINERS = 20_000
-"""Most maps and arrays one decoded request may hold (1,000 breakpoints use about 3,000)."""
+MAX_REQUEST_CONTAINERS = 50_000
+"""Most maps and arrays one decoded request may hold (each breakpoint uses two or three)."""
 
 HANDSHAKE_FRAME_BYTES = 4096
 """Every frame before the peer has proved the session token: larger is refused from its header."""
