@@ -11,6 +11,10 @@ No user code changes are needed:
   ``self.conv1 = nn.Conv2d(...)`` line to. Nothing runs per forward call.
 * A module created inside another module's constructor remembers that
   constructor parent, so a half-built model is never reported piecewise.
+  Nor is one whose layers are made first and put together after
+  (``nn.Sequential(*[nn.Linear(...) for _ in range(2000)])``): while the code
+  that creates modules keeps creating them, what it made so far waits, and
+  layers already inside a container under construction wait with it.
 * Roots are reported from the agent thread (``poll``, a few times a second)
   and, so that breakpoints are in place before the first step, once more at
   the first forward call after new modules appeared: a global forward
@@ -78,6 +82,9 @@ _abs_cache: dict[str, str] = {}
 _library_dirs: tuple[str, ...] = (_HOOKSCOPE_DIR,)
 _listeners: list[Callable[[], None]] = []
 """Called (on the creating thread) after a module was recorded: arms the first-forward flush."""
+_last_creation: dict[int, float] = {}
+"""id of a user frame that created modules -> when it last did (a model being put together)."""
+_clock = time.monotonic
 
 
 def _abspath(filename: str) -> str:
@@ -113,6 +120,7 @@ def _record_creation(module: Any, frame: types.FrameType | None) -> None:
     file = line = call = None
     if site is not None:
         call = (id(site), site.f_lasti)
+        _last_creation[id(site)] = _clock()
         builder_origin = _origins.get(builder) if builder is not None else None
         # A submodule a library module builds for itself (MultiheadAttention inside
         # TransformerEncoderLayer) resolves to the same user call as its builder:
@@ -442,9 +450,10 @@ class Discovery:
             with _created_lock:
                 fresh = list(_created)
                 _created.clear()
-            now = time.monotonic()
+            now = _clock()
             self._candidates.extend((ref, now) for ref in fresh)
             building = _modules_under_construction(current_stack)
+            inside_building = _descendants(building)
             ready: list[Any] = []
             waiting: list[tuple[weakref.ref, float]] = []
             complete = True
@@ -452,14 +461,20 @@ class Discovery:
                 module = ref()
                 if module is None:
                     continue
-                if module in building or _built_inside(module, building):
+                if module in building or _built_inside(module, building) or id(module) in inside_building:
                     complete = False
                     waiting.append((ref, born))
-                elif now - born < age:
+                elif now - born < age or (age > 0 and _creator_still_at_work(module, now, age)):
                     waiting.append((ref, born))
                 elif _worth_reporting(module):
                     ready.append(module)
+            # A layer that is already inside a module still waiting goes with it, later.
+            held = _descendants(m for m in (ref() for ref, _ in waiting) if m is not None)
+            if held:
+                waiting += [(weakref.ref(m), now) for m in ready if id(m) in held]
+                ready = [m for m in ready if id(m) not in held]
             self._candidates = waiting
+            _forget_old_creations(now)
             self._update_roots(ready)
             return complete
         finally:
@@ -469,7 +484,7 @@ class Discovery:
         cls = _module_cls or getattr(sys.modules[_TORCH_MODULE_FILE], "Module", None)
         if cls is None:
             return
-        now = time.monotonic() - self.MIN_AGE_S
+        now = _clock() - self.MIN_AGE_S
         # type() rather than isinstance(): no __class__ lookups on lazy proxies.
         found = [o for o in gc.get_objects() if issubclass(type(o), cls)]
         self._candidates.extend((weakref.ref(m), now) for m in found)
@@ -562,6 +577,34 @@ def _signature(module: Any) -> tuple:
         return ()
 
 
+def _creator_still_at_work(module: Any, now: float, age: float) -> bool:
+    """Whether the code that created ``module`` created another module less than ``age`` ago:
+    layers made one after another (a list of 2,000 ``Linear``) are parts of a model being put
+    together, not models of their own, until that code has been quiet for ``age``."""
+    origin = origin_of(module)
+    if origin is None or origin.call is None:
+        return False
+    last = _last_creation.get(origin.call[0])
+    return last is not None and now - last < age
+
+
+def _forget_old_creations(now: float, keep_s: float = 60.0) -> None:
+    for frame_id, at in list(_last_creation.items()):
+        if now - at > keep_s:
+            _last_creation.pop(frame_id, None)
+
+
+def _descendants(modules: Iterable[Any]) -> set[int]:
+    """ids of the modules inside these (a container being filled, a model not reported yet)."""
+    out: set[int] = set()
+    for module in modules:
+        try:
+            out.update(id(m) for m in module.modules() if m is not module)
+        except (RuntimeError, AttributeError):  # half-initialised, or its dict changes meanwhile
+            continue
+    return out
+
+
 def _built_inside(module: Any, building: "_IdentitySet") -> bool:
     """Whether a module's builder, or its builder's builder..., is still being constructed."""
     seen = 0
@@ -606,6 +649,9 @@ class _IdentitySet:
 
     def __contains__(self, obj: Any) -> bool:
         return id(obj) in self._items
+
+    def __iter__(self) -> Any:
+        return iter(list(self._items.values()))
 
 
 _ASSIGNED_NAME = re.compile(r"^\s*(?:self\.)?([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")

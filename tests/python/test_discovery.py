@@ -204,3 +204,42 @@ def test_attach_falls_back_to_the_class_source(recorder):
     assert lines["extra"] == marker_line("extra")
     assert lines["encoder"] == marker_line("encoder")
     assert lines[""] is None and lines["encoder.self_attn"] is None  # torch's own classes: not read
+
+
+def test_layers_made_before_their_model_are_not_reported_as_models(recorder, monkeypatch):
+    """nn.Sequential(*[nn.Linear(...) for _ in range(2000)]): the agent polls (4 times a second) while
+    the layers are made, a millisecond each; none is a model of its own, the Sequential is the one."""
+    now = [1000.0]
+    monkeypatch.setattr(discovery, "_clock", lambda: now[0])
+    layers = []
+    for i in range(2000):
+        layers.append(nn.Linear(4, 4))
+        now[0] += 0.001
+        if i % 250 == 249:
+            recorder.discovery.poll(blocking=False)  # what the agent thread does every 0.25 s
+    model = nn.Sequential(*layers)
+    for _ in range(4):
+        now[0] += 0.25
+        recorder.discovery.poll(blocking=False)
+    assert [tree["cls"] for _, _, tree in recorder.added] == ["Sequential"]
+    assert recorder.reported(model) and not recorder.removed
+    assert len(recorder.tree_of(model)["modules"]) == 2001
+
+
+def test_layers_inside_a_container_under_construction_wait_for_it(recorder):
+    """A container still in its constructor (filling itself) holds back the layers already in it."""
+    seen: list[list[str]] = []
+
+    class Filling(nn.Module):
+        def __init__(self, layers: list[nn.Module]) -> None:
+            super().__init__()
+            for i, layer in enumerate(layers):
+                self.add_module(str(i), layer)
+            recorder.discovery.poll(min_age=0, blocking=False)  # the agent polls right now
+            seen.append([tree["cls"] for _, _, tree in recorder.added])
+
+    layers = [nn.Linear(2, 2) for _ in range(3)]
+    model = Filling(layers)
+    recorder.discovery.poll(min_age=0)
+    assert seen == [[]]
+    assert [tree["cls"] for _, _, tree in recorder.added] == ["Filling"] and recorder.reported(model)
