@@ -242,3 +242,35 @@ def test_settings_wait_for_torch_and_are_applied_when_the_engine_starts(link, ma
     assert not FakeEngine.instances
     torch_loaded.set()
     assert wait_until(lambda: FakeEngine.instances and FakeEngine.instances[-1].hooks == 3)
+
+
+def test_queue_is_capped_by_bytes_and_a_reply_that_does_not_fit_becomes_an_error_reply():
+    queue = OutgoingQueue(limit=100, essential_limit=100, byte_limit=10_000, essential_byte_limit=50_000)
+    summaries = {"type": "summaries", "tensors": [], "blob": "x" * 4000}
+    assert queue.put(summaries) and queue.put(summaries)
+    assert not queue.put(summaries)  # a third would pass 10 kB of droppable events: dropped, counted
+    assert queue.dropped == 1 and 8000 < queue.bytes < 10_000
+    assert queue.put(protocol.reply(5, {"png": b"\0" * 60_000}))  # over 50 kB: its request still gets an answer
+    assert queue.dropped == 2
+    answer = queue.take_urgent()  # essential first
+    assert answer["re"] == 5 and answer["error"]["code"] == protocol.ERR_NOT_AVAILABLE
+    assert "does not fit" in answer["error"]["message"]
+    queue.clear()
+    assert queue.bytes == 0 and len(queue) == 0
+
+
+def test_request_budget_gives_a_share_in_turns():
+    now = [0.0]
+    budget = agent_mod.RequestBudget(share=0.05, burst=0.25, resume=0.003, clock=lambda: now[0])
+    assert budget.available() and budget.wait_s() == 0.0
+    budget.spend(0.3)  # a long request: the budget goes into debt
+    assert not budget.available()
+    assert budget.wait_s() == pytest.approx((0.05 + 0.003) / 0.05 + 1e-3)
+    now[0] += 1.0  # the debt is paid back, but a turn needs 3 ms in hand
+    assert not budget.available()
+    now[0] += 0.07
+    assert budget.available()
+    now[0] += 100.0
+    budget.available()
+    budget.spend(0.25)  # never more than the burst in hand
+    assert not budget.available()

@@ -157,6 +157,9 @@ export class BackendConnection {
     if (this.state === 'closed') return;
     this.closeReason ??= reason;
     if (graceful) {
+      // Nothing more is read (a peer that keeps sending is not read for a second more);
+      // what we wrote drains, then the socket goes.
+      this.socket.pause();
       this.socket.end();
       setTimeout(() => this.socket.destroy(), 1000).unref();
     } else {
