@@ -290,6 +290,10 @@ class Runner:
     def run(self) -> int:
         self.link = EditorLink(on_event=lambda conn, msg: self.events.put(("hs", conn, msg)))
         self.link.on_connect = lambda conn: self.events.put(("connect", conn, None))
+        # A process that could not prove the session token (or speaks another protocol) is refused:
+        # say so, it is not the program's own agent being slow.
+        self.link.on_refused = lambda why: self.printer.event(
+            "warning", f"hookscope: refused a connection ({why})", message=f"refused a connection: {why}")
         try:
             self.dap = DapClient.start_adapter()  # this interpreter has debugpy; the script may use another
             self.sessions = DebugSessions(

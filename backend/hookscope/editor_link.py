@@ -162,6 +162,8 @@ class EditorLink:
         self.session = uuid.uuid4().hex
         self.on_event = on_event
         self.on_connect: Callable[[BackendConnection], None] | None = None
+        self.on_refused: Callable[[str], None] | None = None
+        """Told why a connection was refused (never with the token in it)."""
         self._server = socket.create_server((host, 0))
         self._server.settimeout(ACCEPT_POLL_S)
         self.host, self.port = self._server.getsockname()[:2]
@@ -229,7 +231,7 @@ class EditorLink:
                 return
             if not self._handshakes.acquire(blocking=False):
                 # Too many connections still in the handshake: an unknown peer gets nothing more.
-                self.refused.append("busy: too many connections in the handshake")
+                self._refused("busy: too many connections in the handshake")
                 sock.close()
                 continue
             threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
@@ -260,11 +262,19 @@ class EditorLink:
             return process
         except (OSError, handshake.HandshakeFailed) as exc:
             code = getattr(exc, "code", protocol.ERR_BAD_MESSAGE)
-            self.refused.append(f"{code}: {exc}")
+            self._refused(f"{code}: {exc}")
             if isinstance(exc, handshake.HandshakeFailed):
                 _refuse(sock, code, exc.message)
             sock.close()
             return None
+
+    def _refused(self, why: str) -> None:
+        self.refused.append(why)
+        if self.on_refused is not None:
+            try:
+                self.on_refused(why)
+            except Exception:  # a listener must not break the accepting thread
+                pass
 
     def _on_closed(self, conn: BackendConnection) -> None:
         with self._cond:
