@@ -348,8 +348,10 @@ class Agent:
                 self._pauses = self._pauses + 1 if mtype == "hit" else max(0, self._pauses - 1)
         if not self._connected.is_set():
             return  # nobody listens: events of a dead connection are not kept
-        if self._replaying and event.get("code") == "breakpointUnresolved":
-            return  # replayed before any model exists: the editor was told when it asked
+        if event.get("code") == "breakpointUnresolved" and (self._replaying or not self._models):
+            # Before any model exists nothing can resolve: the editor resends the breakpoints when
+            # one appears, and only then is "matches no layer" true.
+            return
         self.queue.put(event)
         self._wake()
 

@@ -403,3 +403,32 @@ def test_editor_link_close_ends_the_thread_blocked_in_accept():
     assert not link.accepting and time.monotonic() - start < 2
     with pytest.raises(OSError):
         socket.create_connection((link.host, link.port), timeout=2).close()
+
+
+def test_a_2000_layer_sequential_is_one_model_and_its_breakpoint_resolves(link):
+    """With the agent's own discovery: the layers made before their Sequential are not models of
+    their own, and a breakpoint on the last one never gets a false 'matches no layer'."""
+    import torch
+    from torch import nn
+
+    a = agent_mod.Agent(link.host, link.port, link.token, link.session)
+    a.start()
+    try:
+        conn = link.wait_connection(20)
+        conn.request("setBreakpoints", breakpoints=[{"id": "last", "layer": "1999", "phases": ["forward"]}])
+        started = time.monotonic()
+        layers = [nn.Linear(16, 16) for _ in range(2000)]
+        model = nn.Sequential(*layers)
+        built = time.monotonic() - started
+        with torch.no_grad():
+            model(torch.zeros(1, 16))  # the first forward reports it at the latest
+        hit = conn.wait_event("hit", lambda m: m["breakpoint"] == "last", timeout=30)
+        assert hit["layer"] == "1999"
+        a.flush(2)
+        added = [m["model"] for m in conn.received if m["type"] == "modelAdded"]
+        ours = [t for t in added if len(t["modules"]) == 2001]
+        assert len(ours) == 1 and not [t for t in added if t["cls"] == "Linear"], \
+            f"{len(added)} modelAdded events while the model took {built:.2f} s to build"
+        assert not [m for m in conn.received if m["type"] == "notice" and m.get("code") == "breakpointUnresolved"]
+    finally:
+        a.stop()
