@@ -430,8 +430,7 @@ class Agent:
     # -- the thread --------------------------------------------------------------
     def _run(self) -> None:
         attempt = 0
-        editor_seen = time.monotonic()
-        """The start, or when the last authenticated editor left."""
+        editor_seen = time.monotonic()  # the start, or when the last authenticated editor left
         while not self._stop.is_set():
             if time.monotonic() - editor_seen > RECONNECT_GIVE_UP_S:
                 self._give_up()
@@ -600,7 +599,7 @@ class Agent:
 
     def _describe_process(self) -> dict:
         """The ``process`` message's fields: sent only once the editor has proved the token."""
-        hello = {
+        info = {
             "pid": os.getpid(),
             "rank": _env_int("RANK", 0),
             "worldSize": _env_int("WORLD_SIZE", 1),
@@ -611,8 +610,8 @@ class Agent:
             "debugger": _debugger_active(),
         }
         if self.session:
-            hello["session"] = self.session
-        return hello
+            info["session"] = self.session
+        return info
 
     def _open_engine(self) -> None:
         with self._engine_lock:
