@@ -405,30 +405,48 @@ def test_editor_link_close_ends_the_thread_blocked_in_accept():
         socket.create_connection((link.host, link.port), timeout=2).close()
 
 
-def test_a_2000_layer_sequential_is_one_model_and_its_breakpoint_resolves(link):
-    """With the agent's own discovery: the layers made before their Sequential are not models of
-    their own, and a breakpoint on the last one never gets a false 'matches no layer'."""
-    import torch
-    from torch import nn
+SEQUENTIAL_2000 = r"""
+import sys
+import torch
+from torch import nn
+import hookscope
 
-    a = agent_mod.Agent(link.host, link.port, link.token, link.session)
-    a.start()
+hookscope.connect(timeout=30)
+print("ready", flush=True)
+sys.stdin.readline()  # the editor has set its breakpoints
+model = nn.Sequential(*[nn.Linear(16, 16) for _ in range(2000)])
+with torch.no_grad():
+    model(torch.zeros(1, 16))
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_2000_layer_sequential_is_one_model_and_its_breakpoint_resolves(link, tmp_path):
+    """Through the agent's own discovery, in a fresh process: the layers made before their
+    Sequential are not models of their own, and a breakpoint on the last one, set before the
+    model exists, fires without a false 'matches no layer'."""
+    script = tmp_path / "sequential_2000.py"
+    script.write_text(SEQUENTIAL_2000, encoding="utf-8")
+    env = subprocess_env({**link.env(), "PYTHONPATH": str(ROOT / "backend")})
+    child = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env)
     try:
-        conn = link.wait_connection(20)
+        assert child.stdout.readline().strip() == "ready"
+        conn = link.wait_connection(30)
         conn.request("setBreakpoints", breakpoints=[{"id": "last", "layer": "1999", "phases": ["forward"]}])
-        started = time.monotonic()
-        layers = [nn.Linear(16, 16) for _ in range(2000)]
-        model = nn.Sequential(*layers)
-        built = time.monotonic() - started
-        with torch.no_grad():
-            model(torch.zeros(1, 16))  # the first forward reports it at the latest
-        hit = conn.wait_event("hit", lambda m: m["breakpoint"] == "last", timeout=30)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        hit = conn.wait_event("hit", lambda m: m["breakpoint"] == "last", timeout=60)
         assert hit["layer"] == "1999"
-        a.flush(2)
+        assert child.stdout.readline().strip() == "done"
+        conn.request("ping")  # everything the agent sent before is in
         added = [m["model"] for m in conn.received if m["type"] == "modelAdded"]
-        ours = [t for t in added if len(t["modules"]) == 2001]
-        assert len(ours) == 1 and not [t for t in added if t["cls"] == "Linear"], \
-            f"{len(added)} modelAdded events while the model took {built:.2f} s to build"
+        assert [len(t["modules"]) for t in added] == [2001], [t["cls"] for t in added][:5]
         assert not [m for m in conn.received if m["type"] == "notice" and m.get("code") == "breakpointUnresolved"]
+        child.stdin.write("\n")
+        child.stdin.flush()
+        child.wait(30)
     finally:
-        a.stop()
+        if child.poll() is None:
+            child.kill()
