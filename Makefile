@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 NPM    ?= npm
 
-.PHONY: setup setup-python setup-node build package demo studio test test-python test-ts test-e2e screenshots bench protocol clean
+.PHONY: setup setup-python setup-node build wheel bundle package demo studio test test-python test-ts test-e2e screenshots bench protocol clean
 
 setup: setup-python setup-node
 
@@ -26,6 +26,38 @@ node_modules/.stamp: package.json package-lock.json
 build: setup
 	$(NPM) run build
 
+# The Python package for the terminal and the API (`hookscope run`, `import hookscope`):
+# dist/hookscope-<version>-py3-none-any.whl. Rebuilt when a backend file changes; build/ is
+# cleared first so a deleted module never lingers in the wheel.
+VERSION        := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+WHEEL          := dist/hookscope-$(VERSION)-py3-none-any.whl
+BACKEND_FILES  := $(shell find backend -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*')
+wheel: $(WHEEL)
+$(WHEEL): pyproject.toml README.md $(BACKEND_FILES) | $(VENV)/.stamp
+	rm -rf build dist/hookscope-*.whl
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	rm -rf build
+
+# The Python side the .vsix carries (see bundled/requirements.txt): bundled/tool holds the
+# hookscope package from the wheel, bundled/libs the pinned pure-Python libraries, fetched from
+# the package index once per change of the requirements file (console scripts and the C/Cython
+# sources of debugpy's optional speedups are dropped: never run). Nothing under bundled/ but the
+# requirements file is committed.
+bundle: bundled/tool/.stamp bundled/libs/.stamp
+bundled/libs/.stamp: bundled/requirements.txt | $(VENV)/.stamp
+	rm -rf bundled/libs
+	MSGPACK_PUREPYTHON=1 $(PY) -m pip install -q -t bundled/libs --no-deps --implementation py \
+	  --no-compile --require-hashes -r bundled/requirements.txt
+	rm -rf bundled/libs/bin
+	find bundled/libs \( -name '*.c' -o -name '*.pyx' \) -delete
+	touch $@
+bundled/tool/.stamp: $(WHEEL)
+	rm -rf bundled/tool
+	$(PY) -m pip install -q -t bundled/tool --no-deps --no-compile $(WHEEL)
+	rm -rf bundled/tool/bin
+	touch $@
+
+# hookscope.vsix: the extension, the hookscope package and its pure-Python libraries.
 package: build
 	$(NPM) run package
 
@@ -66,4 +98,4 @@ bench: $(BENCH_VENV)/.stamp
 	$(BENCH_VENV)/bin/python bench/run.py --python $(BENCH_VENV)/bin/python
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) node_modules dist out *.vsix .e2e
+	rm -rf $(VENV) $(BENCH_VENV) node_modules dist out *.vsix .e2e build bundled/libs bundled/tool

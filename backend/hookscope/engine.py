@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from hookscope import copy_safety, protocol, render_subject, stop, summaries
+from hookscope import copy_safety, image_packages, protocol, render_subject, stop, summaries
 from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
 from hookscope.conditions import REPLAY, HookEvent
 from hookscope.kept_outputs import BreakpointOutputs, Kept, keep_call
@@ -388,8 +388,10 @@ class Engine:
         return {"interventions": self._interventions.list()}
 
     def _req_render(self, request: dict) -> dict:
-        visuals = self._optional("visuals", "rendering")
         view = request.get("view")
+        if isinstance(view, str) and view in image_packages.NEEDS:
+            image_packages.require(view)  # torch alone draws no picture: say which package is missing
+        visuals = self._optional("visuals", "rendering")
         options = dict(request.get("options") or {})
         model_id = self._model_id(request.get("model"))
         index = self._indexes[model_id]
@@ -447,6 +449,7 @@ class Engine:
         body: dict[str, Any] = {"summary": summaries.summarize(tensor, expression)}
         options = request.get("options")
         if options:
+            image_packages.require("tensor")
             visuals = self._optional("visuals", "rendering")
             body["png"] = visuals.tensor_image(tensor.detach(), **options).png
         return body

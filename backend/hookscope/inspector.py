@@ -128,6 +128,13 @@ def answer(request: dict) -> dict:
     view = options.get("view", "slice")
     if view == "summary" or tensor_repr.summaries._unsupported(tensor) is not None or tensor.numel() == 0:
         return body
+    if view in ("featureMap", "slice"):
+        from hookscope import image_packages
+
+        absent = image_packages.missing(view)
+        if absent:  # the summary still shows, with the reason there is no picture
+            body["summary"] = {**body["summary"], "note": image_packages.message(view, absent)}
+            return body
     try:
         if view == "featureMap":
             body.update(_feature_map(tensor, options))

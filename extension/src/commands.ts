@@ -283,10 +283,7 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
       const removed = await panel.removeIntervention(undefined);
       vscode.window.setStatusBarMessage(`Hookscope: removed ${removed} intervention${removed === 1 ? '' : 's'}`, 3000);
     }),
-    cmd(Commands.installBackend, async (pythonArg, pathArg) => {
-      const interpreter = typeof pythonArg === 'string' ? pythonArg : await python.interpreter();
-      python.installInTerminal(interpreter, typeof pathArg === 'string' ? pathArg : undefined);
-    }),
+    cmd(Commands.selectInterpreter, () => python.selectInterpreter()),
     cmd(Commands.showLog, () => log.show()),
   ];
 }

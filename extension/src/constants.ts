@@ -25,7 +25,7 @@ export const Commands = {
   listHooks: 'hookscope.listHooks',
   addIntervention: 'hookscope.addIntervention',
   removeAllInterventions: 'hookscope.removeAllInterventions',
-  installBackend: 'hookscope.installBackend',
+  selectInterpreter: 'hookscope.selectInterpreter',
   showLog: 'hookscope.showLog',
   showInHookscope: 'hookscope.showInHookscope',
   showExpressionInHookscope: 'hookscope.showExpressionInHookscope',
@@ -41,7 +41,7 @@ export const Views = {
 export const Settings = {
   section: 'hookscope',
   pythonPath: 'pythonPath',
-  backendPath: 'backendPath',
+  backend: 'backend',
   summaryRateHz: 'summaryRateHz',
   breakOnNonFinite: 'breakOnNonFinite',
   runCompiledEagerly: 'runCompiledEagerly',

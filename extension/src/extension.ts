@@ -13,6 +13,7 @@ import {
 } from './common/settings';
 import { Commands, ContextKeys, DEBUG_TYPE, PYTHON_DEBUG_TYPES, Settings, Views } from './constants';
 import { HookscopeAdapterFactory, HookscopeConfigurationProvider } from './debug/configurationProvider';
+import { bundledPython } from './debug/bundle';
 import { PythonEnvironment } from './debug/python';
 import { DebugSessionTracker } from './debug/tracker';
 import { LayersView } from './views/layersTree';
@@ -34,7 +35,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
 
   const hub = new BackendHub({ log, trace: log });
   push({ dispose: () => hub.dispose() });
-  const python = new PythonEnvironment(log);
+  const python = new PythonEnvironment(log, bundledPython(context.extensionPath));
 
   for (const type of PYTHON_DEBUG_TYPES) {
     push(vscode.debug.registerDebugConfigurationProvider(type, new HookscopeConfigurationProvider(type, hub, python, log)));
@@ -91,7 +92,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     if (affects(e, Settings.breakOnNonFinite)) applyBreakOnNonFinite();
     if (affects(e, Settings.runCompiledEagerly)) applyRunCompiledEagerly();
     if (affects(e, Settings.traceFile)) log.setTraceFile(traceFileSetting());
-    if (affects(e, Settings.pythonPath)) {
+    if (affects(e, Settings.pythonPath) || affects(e, Settings.backend)) {
       python.reset();
       void languageServer.restart();
     }

@@ -1,6 +1,7 @@
 // How Hookscope joins a Python launch configuration without touching what the user wrote.
 import { strict as assert } from 'node:assert';
 import {
+  LIBS_ENV,
   SESSION_KEY_PROPERTY,
   configuredPython,
   injectHookscope,
@@ -48,6 +49,14 @@ describe('debug: launch configuration injection', () => {
     assert.equal(twice.rules!.length, 1);
     const none = injectHookscope<PythonLaunchConfig>({ type: 'python', request: 'launch' }, { ...params, inheritedPythonPath: undefined });
     assert.equal(none.env!.PYTHONPATH, '/site/hookscope/bootstrap');
+  });
+
+  it('names the bundled libraries with the bundled hookscope, and drops a stale name without them', () => {
+    const bundled = injectHookscope<PythonLaunchConfig>({ type: 'debugpy', request: 'launch' }, { ...params, libsDir: '/ext/bundled/libs' });
+    assert.equal(bundled.env![LIBS_ENV], '/ext/bundled/libs');
+    assert.equal(bundled.env!.PYTHONPATH, '/site/hookscope/bootstrap:/inherited', 'the libraries never go on PYTHONPATH');
+    const environment = injectHookscope(bundled, params);
+    assert.equal(LIBS_ENV in environment.env!, false);
   });
 
   it('respects a rule the user wrote about hookscope', () => {

@@ -317,7 +317,7 @@ export class BackendConnection {
     const text =
       `protocol version mismatch: the hookscope package${who} (version ${String(version ?? '?').slice(0, 32)}) ` +
       `speaks protocol ${protocol}, this extension speaks ${PROTOCOL_VERSION}. ` +
-      (protocol < PROTOCOL_VERSION ? 'Upgrade the Python package (pip install -U hookscope).' : 'Update the Hookscope extension.');
+      'Use the hookscope bundled with the extension (hookscope.backend: "bundled"), or install the wheel that matches this extension.';
     this.options.log.error(text);
     this.sendError(-1, new ProtocolError('protocolMismatch', text));
     this.close(text, true);

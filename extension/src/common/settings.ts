@@ -13,10 +13,17 @@ export function pythonPathSetting(scope?: vscode.ConfigurationScope): string | u
   return value || undefined;
 }
 
-/** A checkout of the hookscope Python package, offered for `pip install -e` when the package is missing. */
-export function backendPathSetting(): string | undefined {
-  const value = config().get<string>(Settings.backendPath, '').trim();
-  return value || undefined;
+/** Which hookscope package runs: the one bundled in the extension (default) or the interpreter's own. */
+export function backendSourceSetting(): 'bundled' | 'environment' {
+  return config().get<string>(Settings.backend, 'bundled') === 'environment' ? 'environment' : 'bundled';
+}
+
+export async function setBackendSourceSetting(source: 'bundled' | 'environment'): Promise<void> {
+  await config().update(Settings.backend, source, settingsTarget());
+}
+
+export async function setPythonPathSetting(python: string): Promise<void> {
+  await config().update(Settings.pythonPath, python, settingsTarget());
 }
 
 /** How often a watched layer's summaries refresh while the program runs. */

@@ -23,6 +23,8 @@ export const ATTACH_PROPERTY = 'hookscopeAttach';
 
 export interface AttachInjection {
   bootstrapDir: string;
+  /** The bundled libraries the process may take what it lacks from (bundled hookscope only). */
+  libsDir?: string;
   address: string;
   token: string;
 }
@@ -66,19 +68,22 @@ export class HookscopeConfigurationProvider implements vscode.DebugConfiguration
       const python = configuredPython(launch) ?? (await this.python.interpreter(folder?.uri));
       const check = await this.python.checkBackend(python);
       if (!check.ok) {
-        void this.python.offerInstall(python, check.reason);
+        void this.python.reportProblem(check, config.type === DEBUG_TYPE);
         return config; // debugging goes on without Hookscope
       }
       await this.hub.start();
       const ticket = this.hub.openSession();
       if (launch.request === 'attach') {
-        const injection: AttachInjection = { bootstrapDir: check.bootstrapDir, address: ticket.address, token: ticket.token };
-        this.log.event('session.configured', { type: config.type, request: 'attach', session: ticket.key, python });
+        const injection: AttachInjection = {
+          bootstrapDir: check.bootstrapDir, libsDir: check.libsDir, address: ticket.address, token: ticket.token,
+        };
+        this.log.event('session.configured', { type: config.type, request: 'attach', session: ticket.key, python, backend: check.source });
         return { ...config, rules: withHookscopeRule(launch.rules), [SESSION_KEY_PROPERTY]: ticket.key, [ATTACH_PROPERTY]: injection };
       }
       const injected = injectHookscope(launch, {
         env: ticket.env,
         bootstrapDir: check.bootstrapDir,
+        libsDir: check.libsDir,
         inheritedPythonPath: process.env.PYTHONPATH,
         pathSeparator: process.platform === 'win32' ? ';' : ':',
         sessionKey: ticket.key,
@@ -87,7 +92,9 @@ export class HookscopeConfigurationProvider implements vscode.DebugConfiguration
       // Hookscope's own type runs the adapter with this interpreter; debugpy launches the program with it too.
       if (config.type === DEBUG_TYPE && !configuredPython(launch)) injected.python = python;
       this.log.info(`debug session "${config.name}" (${config.type}) will connect with ${python}`);
-      this.log.event('session.configured', { type: config.type, request: 'launch', session: ticket.key, python, bootstrapDir: check.bootstrapDir });
+      this.log.event('session.configured', {
+        type: config.type, request: 'launch', session: ticket.key, python, backend: check.source, bootstrapDir: check.bootstrapDir,
+      });
       return injected as vscode.DebugConfiguration;
     } catch (err) {
       this.log.error(`could not prepare the debug session for Hookscope: ${(err as Error).message}`);
@@ -96,7 +103,11 @@ export class HookscopeConfigurationProvider implements vscode.DebugConfiguration
   }
 }
 
-/** Hookscope's own debug type runs debugpy's adapter with the chosen interpreter (no Python extension needed). */
+/**
+ * Hookscope's own debug type runs debugpy's adapter with the chosen interpreter (no Python extension
+ * needed): the debugpy bundled in the extension, as `python <adapter folder>` (how the Python
+ * debugger extension runs its own copy), so the interpreter needs no debugpy.
+ */
 export class HookscopeAdapterFactory implements vscode.DebugAdapterDescriptorFactory {
   constructor(private readonly python: PythonEnvironment, private readonly log: ExtensionLog) {}
 
@@ -108,7 +119,8 @@ export class HookscopeAdapterFactory implements vscode.DebugAdapterDescriptorFac
       return new vscode.DebugAdapterServer(connect.port, connect.host ?? '127.0.0.1');
     }
     const python = configuredPython(config) ?? (await this.python.interpreter(session.workspaceFolder?.uri));
-    this.log.info(`starting the debugpy adapter: ${python} -m debugpy.adapter`);
-    return new vscode.DebugAdapterExecutable(python, ['-m', 'debugpy.adapter']);
+    const args = this.python.adapterArgs();
+    this.log.info(`starting the debugpy adapter: ${python} ${args.join(' ')}`);
+    return new vscode.DebugAdapterExecutable(python, args);
   }
 }

@@ -1,7 +1,7 @@
 // How Hookscope adds itself to a Python launch configuration, as pure functions.
 //
-// It adds the backend's environment (address, token, session), prepends the bootstrap
-// directory to PYTHONPATH (keeping the user's), and appends a debugpy rule that includes
+// It adds the backend's environment (address, token, session, and where the bundled libraries
+// are), prepends the bootstrap directory to PYTHONPATH (keeping the user's), and appends a debugpy rule that includes
 // the `hookscope` module so justMyCode does not swallow its stops. What the user wrote
 // is kept: their env values win except for the HOOKSCOPE_* variables, their PYTHONPATH
 // is extended rather than replaced, and their own rule about `hookscope` is respected.
@@ -24,8 +24,10 @@ export interface PythonLaunchConfig {
 export interface InjectionParams {
   /** HOOKSCOPE_ADDR / HOOKSCOPE_TOKEN / HOOKSCOPE_SESSION. */
   env: Record<string, string>;
-  /** <site-packages>/hookscope/bootstrap of the debuggee's interpreter. */
+  /** The bootstrap folder of the hookscope that runs: the bundled one's, or <site-packages>/hookscope/bootstrap. */
   bootstrapDir: string;
+  /** The bundled pure-Python libraries (HOOKSCOPE_LIBS): the debuggee takes from them only what it lacks. */
+  libsDir?: string;
   /** PYTHONPATH the debuggee would inherit when the configuration does not set one. */
   inheritedPythonPath?: string;
   /** ':' on POSIX, ';' on Windows. */
@@ -35,6 +37,9 @@ export interface InjectionParams {
   /** `hookscope.tensorPresentation`: tensors as one summary line in the debugger's views (HOOKSCOPE_TENSOR_VIEW). */
   tensorPresentation?: boolean;
 }
+
+/** Where the debuggee's bootstrap finds the bundled libraries (backend/hookscope/bootstrap/hookscope_boot.py). */
+export const LIBS_ENV = 'HOOKSCOPE_LIBS';
 
 /** Configuration property carrying Hookscope's session key (ignored by debugpy). */
 export const SESSION_KEY_PROPERTY = 'hookscopeSession';
@@ -64,6 +69,8 @@ export function injectHookscope<T extends PythonLaunchConfig>(config: T, params:
     ...params.env,
     PYTHONPATH: prependPath(params.bootstrapDir, userPythonPath, params.pathSeparator),
   };
+  if (params.libsDir) env[LIBS_ENV] = params.libsDir;
+  else delete env[LIBS_ENV];
   if (params.tensorPresentation !== undefined) env.HOOKSCOPE_TENSOR_VIEW = params.tensorPresentation ? '1' : '0';
   return {
     ...config,

@@ -173,9 +173,11 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
 
   /** Attach: start the agent in the running process through DAP evaluate (debugpy runs it on its own thread). */
   private async startAgentInAttachedProcess(session: vscode.DebugSession, injection: AttachInjection): Promise<void> {
+    // The bootstrap's hookscope_boot starts the hookscope it belongs to (the bundled one, or the interpreter's).
     const expression =
       `__import__('sys').path.insert(0, ${JSON.stringify(injection.bootstrapDir)}) or ` +
-      `__import__('hookscope').connect(${JSON.stringify(injection.address)}, ${JSON.stringify(injection.token)})`;
+      `__import__('hookscope_boot').connect(${JSON.stringify(injection.address)}, ${JSON.stringify(injection.token)}, ` +
+      `${injection.libsDir ? JSON.stringify(injection.libsDir) : 'None'})`;
     try {
       await session.customRequest('evaluate', { expression, context: 'repl' });
       this.log.info(`started the Hookscope agent in the attached process of "${session.name}"`);

@@ -8,6 +8,7 @@
 
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import * as path from 'node:path';
 import * as readline from 'node:readline';
 import type { Readable } from 'node:stream';
 import * as vscode from 'vscode';
@@ -74,7 +75,7 @@ export interface LiveSummariesPayload {
 export class LanguageServerUnavailableError extends Error {
   constructor(
     message: string,
-    /** 'not-installed': the interpreter lacks hookscope; 'no-interpreter': pythonPath does not run; 'failed': it started and died. */
+    /** 'not-installed': the interpreter lacks the hookscope it was asked to use; 'no-interpreter': pythonPath does not run; 'failed': it started and died. */
     readonly reason: 'not-installed' | 'no-interpreter' | 'failed',
   ) {
     super(message);
@@ -95,14 +96,16 @@ export async function startLanguageServer(
   context: vscode.ExtensionContext,
   pythonPath: string,
   log: vscode.LogOutputChannel,
+  searchPath: readonly string[] = [],
 ): Promise<LanguageClient> {
-  await probeInterpreter(pythonPath, log);
+  const env = serverEnv(searchPath);
+  await probeInterpreter(pythonPath, log, env);
 
   const serverOptions: ServerOptions = {
     command: pythonPath,
     args: ['-m', 'hookscope.lsp'],
     transport: TransportKind.stdio,
-    options: { env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+    options: { env },
   };
   let crashes = 0;
   const clientOptions: LanguageClientOptions = {
@@ -182,10 +185,21 @@ export async function restartLanguageServer(
   context: vscode.ExtensionContext,
   pythonPath: string,
   log: vscode.LogOutputChannel,
+  searchPath: readonly string[] = [],
 ): Promise<LanguageClient> {
   log.info('Restarting the Hookscope language server.');
   await stopLanguageServer(previous, log);
-  return startLanguageServer(context, pythonPath, log);
+  return startLanguageServer(context, pythonPath, log, searchPath);
+}
+
+/**
+ * The server's environment: `searchPath` (the bundled hookscope and its libraries) first on
+ * PYTHONPATH, so the server runs the extension's own copy with any interpreter (it never imports torch).
+ */
+function serverEnv(searchPath: readonly string[]): NodeJS.ProcessEnv {
+  const inherited = process.env.PYTHONPATH ? [process.env.PYTHONPATH] : [];
+  const pythonPath = [...searchPath, ...inherited].join(path.delimiter);
+  return { ...process.env, PYTHONUNBUFFERED: '1', ...(pythonPath ? { PYTHONPATH: pythonPath } : {}) };
 }
 
 /**
@@ -208,10 +222,10 @@ function initializationOptions(context: vscode.ExtensionContext): Record<string,
 }
 
 /** Fails fast, with an actionable message, when `pythonPath` cannot import hookscope.lsp. */
-function probeInterpreter(pythonPath: string, log: vscode.LogOutputChannel): Promise<void> {
+function probeInterpreter(pythonPath: string, log: vscode.LogOutputChannel, env: NodeJS.ProcessEnv): Promise<void> {
   const script = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('hookscope.lsp') else 3)";
   return new Promise((resolve, reject) => {
-    execFile(pythonPath, ['-c', script], { timeout: PROBE_TIMEOUT_MS }, (error) => {
+    execFile(pythonPath, ['-c', script], { timeout: PROBE_TIMEOUT_MS, env }, (error) => {
       if (!error) {
         resolve();
         return;
@@ -221,8 +235,8 @@ function probeInterpreter(pythonPath: string, log: vscode.LogOutputChannel): Pro
       let failure: LanguageServerUnavailableError;
       if (code === 3) {
         failure = new LanguageServerUnavailableError(
-          `The Python interpreter ${pythonPath} does not have hookscope installed, so code lenses and diagnostics are off. ` +
-            `Install it there (${pythonPath} -m pip install hookscope) and reload the window.`,
+          `hookscope.backend is "environment", but the Python interpreter ${pythonPath} has no hookscope package, so code lenses ` +
+            'and diagnostics are off. Install the hookscope wheel there, or set hookscope.backend to "bundled".',
           'not-installed',
         );
       } else {

@@ -59,17 +59,18 @@ export class LanguageServerService implements vscode.Disposable {
   private async startNow(): Promise<void> {
     if (this.disposed) return;
     const pythonPath = await this.python.interpreter();
+    const searchPath = this.python.languageServerPath(); // the bundled hookscope and pygls, unless the interpreter's are chosen
     try {
       this.client = this.client
-        ? await restartLanguageServer(this.client, this.context, pythonPath, this.log.channel)
-        : await startLanguageServer(this.context, pythonPath, this.log.channel);
+        ? await restartLanguageServer(this.client, this.context, pythonPath, this.log.channel, searchPath)
+        : await startLanguageServer(this.context, pythonPath, this.log.channel, searchPath);
       this.log.event('lsp.started', { python: pythonPath });
       this.toldLive = false;
       this.scheduleFeed();
     } catch (err) {
       this.client = undefined;
       const reason = err instanceof LanguageServerUnavailableError ? err.reason : 'failed';
-      // Code lenses and diagnostics are a convenience: no pop-up (the debug session offers the install).
+      // Code lenses and diagnostics are a convenience: no pop-up (a debug session says what is missing).
       this.log.event('lsp.unavailable', { python: pythonPath, reason, message: (err as Error).message });
     }
   }
