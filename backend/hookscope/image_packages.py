@@ -26,8 +26,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "slice": _BOTH,
 }
 NAMES = {
-    "featureMap": "Feature maps", "histogram": "Histogram images", "tensor": "Tensor images",
-    "attention": "Attention maps", "gradCam": "Grad-CAM", "gradientFlow": "Gradient flow",
+    "featureMap": "Feature maps", "histogram": "Histograms", "tensor": "Tensor images",
+    "attention": "Attention maps", "gradCam": "Grad-CAM images", "gradientFlow": "Gradient-flow charts",
     "slice": "Slice images",
 }
 

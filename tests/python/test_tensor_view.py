@@ -252,3 +252,18 @@ def test_feature_map_view_of_nchw():
     body = inspector.answer({"handle": "acts", "options": {"view": "featureMap", "batch": 1}})
     assert body["meta"]["layout"] == "grid" and body["meta"]["channels"] == [0, 1, 2, 3, 4]
     assert body["meta"]["batch"] == 1
+
+
+def test_without_numpy_the_value_keeps_its_summary_and_says_what_the_picture_needs(monkeypatch):
+    import importlib.util
+    import sys
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real_find_spec(name, *a))
+    acts = torch.randn(2, 5, 6, 6)  # noqa: F841
+    inspector.publish("acts", "acts")
+    for view in ("featureMap", "slice"):
+        body = inspector.answer({"handle": "acts", "options": {"view": view}})
+        assert "png" not in body and body["summary"]["numel"] == 2 * 5 * 6 * 6
+        assert body["summary"]["note"].endswith("need numpy, which " + sys.executable + " does not have (install with: "
+                                                + sys.executable + " -m pip install numpy); summaries and breakpoints work without them.")

@@ -303,3 +303,23 @@ def test_only_probabilities_are_taken_as_attention_from_a_module_that_is_not_att
     assert "score returned no attention weights" in score
     assert softmax["layer"] == "softmax" and softmax["tensor"] == "output"
     engine.shutdown()
+
+
+def test_without_numpy_or_matplotlib_a_picture_is_a_note_naming_the_packages_and_interpreter(net, monkeypatch):
+    # The user's interpreter needs only torch: pictures say what they would need instead of failing.
+    import importlib.util
+    import sys
+
+    from hookscope import image_packages
+
+    model, engine = net
+    step(model)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a))
+    error = render_error(engine, layer="conv1", tensor="output")
+    assert error.code == protocol.ERR_NOT_AVAILABLE
+    assert str(error).startswith("Feature maps need matplotlib, which ") and sys.executable in str(error)
+    assert f"{sys.executable} -m pip install matplotlib" in str(error)
+    assert "Gradient-flow charts need matplotlib" in str(pytest.raises(ProtocolError, render, engine, "gradientFlow").value)
+    assert image_packages.missing("histogram") == ["matplotlib"]

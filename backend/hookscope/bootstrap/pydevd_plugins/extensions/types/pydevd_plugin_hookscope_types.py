@@ -43,7 +43,7 @@ def _repr_module():
                 here = os.path.dirname(os.path.abspath(__file__))
                 sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(here))))
                 import hookscope_boot
-            hookscope_boot._ensure_hookscope_importable()
+            hookscope_boot.use_own_hookscope()
             from hookscope import tensor_repr
 
             _tensor_repr = tensor_repr
