@@ -39,22 +39,23 @@ $(WHEEL): pyproject.toml README.md $(BACKEND_FILES) | $(VENV)/.stamp
 	rm -rf build
 
 # The Python side the .vsix carries (see bundled/requirements.txt): bundled/tool holds the
-# hookscope package from the wheel, bundled/libs the pinned pure-Python libraries, fetched from
-# the package index once per change of the requirements file (console scripts and the C/Cython
-# sources of debugpy's optional speedups are dropped: never run). Nothing under bundled/ but the
-# requirements file is committed.
-bundle: bundled/tool/.stamp bundled/libs/.stamp
-bundled/libs/.stamp: bundled/requirements.txt | $(VENV)/.stamp
+# hookscope package from the wheel (its install record dropped), bundled/libs the pinned
+# pure-Python libraries, fetched from the package index once per change of the requirements
+# file (console scripts, the C/Cython sources of debugpy's optional speedups and vendored test
+# suites are dropped: never run). Nothing under bundled/ but the requirements file is committed.
+bundle: bundled/.tool.stamp bundled/.libs.stamp
+bundled/.libs.stamp: bundled/requirements.txt | $(VENV)/.stamp
 	rm -rf bundled/libs
 	MSGPACK_PUREPYTHON=1 $(PY) -m pip install -q -t bundled/libs --no-deps --implementation py \
 	  --no-compile --require-hashes -r bundled/requirements.txt
 	rm -rf bundled/libs/bin
 	find bundled/libs \( -name '*.c' -o -name '*.pyx' \) -delete
+	find bundled/libs -type d -name tests -prune -exec rm -rf {} +
 	touch $@
-bundled/tool/.stamp: $(WHEEL)
+bundled/.tool.stamp: $(WHEEL)
 	rm -rf bundled/tool
 	$(PY) -m pip install -q -t bundled/tool --no-deps --no-compile $(WHEEL)
-	rm -rf bundled/tool/bin
+	rm -rf bundled/tool/bin bundled/tool/*.dist-info
 	touch $@
 
 # hookscope.vsix: the extension, the hookscope package and its pure-Python libraries.
@@ -98,4 +99,4 @@ bench: $(BENCH_VENV)/.stamp
 	$(BENCH_VENV)/bin/python bench/run.py --python $(BENCH_VENV)/bin/python
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) node_modules dist out *.vsix .e2e build bundled/libs bundled/tool
+	rm -rf $(VENV) $(BENCH_VENV) node_modules dist out *.vsix .e2e build bundled/libs bundled/tool bundled/.*.stamp
