@@ -91,6 +91,16 @@ export class Workbench {
     await this.page.keyboard.press('Enter');
   }
 
+  /** An input box an extension shows (showInputBox): its current value, then `value` typed in and Enter. */
+  async answerInputBox(value: string): Promise<string> {
+    const input = this.quickInput().locator('input.input');
+    await input.waitFor({ state: 'visible', timeout: 15_000 });
+    const shown = await input.inputValue();
+    await input.fill(value);
+    await this.page.keyboard.press('Enter');
+    return shown;
+  }
+
   /** Quick open (the palette without '>'): opens `relativePath` and waits for its tab to be active. */
   async openFile(relativePath: string): Promise<void> {
     const input = await this.openQuickInput();

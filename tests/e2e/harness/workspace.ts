@@ -15,6 +15,8 @@ export interface LaunchTarget {
   module?: string;
   /** debugpy's justMyCode (default true, as in a new launch.json). */
   justMyCode?: boolean;
+  /** This configuration's debug type, when not the file's (e.g. `python` beside `debugpy`). */
+  type?: string;
 }
 
 export const EXAMPLE_LAUNCHES: LaunchTarget[] = [
@@ -34,7 +36,7 @@ export const EXAMPLE_LAUNCHES: LaunchTarget[] = [
 export function launchJson(targets: LaunchTarget[] = EXAMPLE_LAUNCHES, type = 'hookscope'): string {
   const configurations = targets.map((t) => ({
     name: t.name,
-    type,
+    type: t.type ?? type,
     request: 'launch',
     ...(t.module
       ? { module: t.module, args: [...(t.args ?? []), `\${workspaceFolder}/${t.script}`] }

@@ -27,11 +27,13 @@ async function lensAbove(workbench: Workbench, line: number, title: string): Pro
   const lineBox = await number.first().boundingBox();
   if (!lineBox) return false;
   const lenses = workbench.page.locator('.monaco-editor .codelens-decoration a', { hasText: title });
+  // A line's lenses sit in the zone right above it: the nearest lens above the line, if close.
+  let nearest: { index: number; y: number } | undefined;
   for (let i = 0; i < await lenses.count(); i++) {
     const box = await lenses.nth(i).boundingBox();
-    if (box && box.y < lineBox.y && lineBox.y - box.y < 2 * lineBox.height + box.height) return lenses.nth(i);
+    if (box && box.y < lineBox.y && (!nearest || box.y > nearest.y)) nearest = { index: i, y: box.y };
   }
-  return false;
+  return nearest && lineBox.y - nearest.y < 2 * lineBox.height ? lenses.nth(nearest.index) : false;
 }
 
 describe('only the .vsix and a torch-only interpreter', function () {
