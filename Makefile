@@ -41,15 +41,15 @@ $(WHEEL): pyproject.toml README.md $(BACKEND_FILES) | $(VENV)/.stamp
 # The Python side the .vsix carries (see bundled/requirements.txt): bundled/tool holds the
 # hookscope package from the wheel (its install record dropped), bundled/libs the pinned
 # pure-Python libraries, fetched from the package index once per change of the requirements
-# file (console scripts, the C/Cython sources of debugpy's optional speedups and vendored test
+# file (console scripts, the C/Cython sources of debugpy's optional speedups and its vendored test
 # suites are dropped: never run). Nothing under bundled/ but the requirements file is committed.
 bundle: bundled/.tool.stamp bundled/.libs.stamp
-bundled/.libs.stamp: bundled/requirements.txt | $(VENV)/.stamp
+bundled/.libs.stamp: bundled/requirements.txt Makefile | $(VENV)/.stamp
 	rm -rf bundled/libs
 	MSGPACK_PUREPYTHON=1 $(PY) -m pip install -q -t bundled/libs --no-deps --implementation py \
 	  --no-compile --require-hashes -r bundled/requirements.txt
 	rm -rf bundled/libs/bin
-	find bundled/libs \( -name '*.c' -o -name '*.pyx' \) -delete
+	find bundled/libs \( -name '*.c' -o -name '*.pyx' -o -name '_test_*.py' \) -delete
 	find bundled/libs -type d -name tests -prune -exec rm -rf {} +
 	touch $@
 bundled/.tool.stamp: $(WHEEL)
