@@ -119,7 +119,7 @@ describe('trust: nothing big before the token is proved (extension side)', funct
       }));
       const { reason } = await rejected;
       await old.closed;
-      assert.match(reason, /^protocol version mismatch: .*speaks protocol 1, this extension speaks 2\. Upgrade the Python package/);
+      assert.match(reason, /^protocol version mismatch: .*speaks protocol 1, this extension speaks 2\. Use the hookscope bundled/);
       const reply = old.frames[0] as { error?: { code: string; message: string } };
       assert.equal(reply.error?.code, 'protocolMismatch');
       assert.ok(!logged.join('\n').includes(ticket.token) && !JSON.stringify(old.frames).includes(ticket.token));
