@@ -105,7 +105,9 @@ class EngineLike(Protocol):
 def _default_engine_factory(emit: Callable[[dict], None]) -> EngineLike:
     from .engine import Engine  # heavy (torch): only once connected
 
-    return Engine(emit)
+    engine = Engine(emit)
+    engine.requests_off_thread = True  # requests run on the agent's thread, training on another
+    return engine
 
 
 def approx_size(message: dict) -> int:

@@ -49,6 +49,8 @@ watched, when a watch names this few layers) ones. Watching many layers keeps no
 one is rendered: holding every watched layer's output would keep a whole forward pass of
 activations alive into the next step (an OOM risk on a GPU)."""
 NONFINITE_ID = "nonfinite"
+GRADS_SAFE_POINT_S = 2.0
+"""How long a request from the agent's thread waits for the model's next forward to read ``.grad``."""
 
 
 def _phase_label(phase: str) -> str:
@@ -97,6 +99,9 @@ class Engine:
                  summary_share: float = DEFAULT_SUMMARY_SHARE) -> None:
         """``summary_share``: the share of the program's time watched layers' summaries may take."""
         copy_safety.install()  # deepcopy/pickle/torch.save of a watched model leave our hooks out
+        self.requests_off_thread = False
+        """Requests come from another thread than training (the agent's): ``.grad`` is then read
+        only at a safe point (see ``_read_grads``)."""
         self._emit_raw = emit
         self._lock = threading.RLock()
         self._indexes: dict[str, ModelIndex] = {}
@@ -339,8 +344,8 @@ class Engine:
         last = self._last.get((model_id, layer), {})
         tensors = list(last.get("tensors", []))
         params = list(module.named_parameters(recurse=False)) or list(module.named_parameters())[:64]
-        tensors += summaries.summarize_many([(f"{name}.grad", p.grad) for name, p in params
-                                             if p.grad is not None])
+        tensors += self._read_grads(model_id, lambda: summaries.summarize_many(
+            [(f"{name}.grad", p.grad) for name, p in params if p.grad is not None]))
         return {"layer": layer, "tensors": tensors, "step": last.get("step", self._step_of(model_id))}
 
     def _req_getParamGrads(self, request: dict) -> dict:
@@ -348,7 +353,45 @@ class Engine:
         model = self._indexes[model_id].model
         if model is None:
             raise ProtocolError(ERR_NOT_AVAILABLE, f"model {model_id} is gone")
-        return {"params": param_grad_stats(model)}
+        return {"params": self._read_grads(model_id, lambda: param_grad_stats(model))}
+
+    def _read_grads(self, model_id: str, read: Callable[[], Any]) -> Any:
+        """``read()`` (which reads parameters' ``.grad``) where autograd is not writing them.
+
+        Reading ``.grad`` from another thread while a backward accumulates into it crashes
+        torch (a segfault on 2.13 CPU; tests/python/reliability/test_grad_reads.py). While
+        paused in a stop, or on the training thread itself (the Python API, tests), it is read
+        at once; a request from the agent's thread is run by the training thread at the model's
+        next forward, when the last backward is over, and waits at most GRADS_SAFE_POINT_S.
+        """
+        if self._paused is not None or not self.requests_off_thread:
+            return read()
+        model = self._indexes[model_id].model
+        if model is None:
+            raise ProtocolError(ERR_NOT_AVAILABLE, f"model {model_id} is gone")
+        done = threading.Event()
+        result: dict[str, Any] = {}
+
+        def at_next_forward(module: nn.Module, args: tuple) -> None:
+            handle.remove()
+            if done.is_set():
+                return
+            try:
+                result["value"] = read()
+            except Exception as exc:  # handed to the request, never raised into training
+                result["error"] = exc
+            done.set()
+
+        handle = model.register_forward_pre_hook(at_next_forward)
+        if not done.wait(GRADS_SAFE_POINT_S):
+            handle.remove()
+            done.set()
+            if "value" not in result and "error" not in result:
+                raise ProtocolError(ERR_NOT_AVAILABLE, "parameter gradients are read while paused or between "
+                                    f"steps; the model did not start a step within {GRADS_SAFE_POINT_S:g} s")
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
 
     def _req_listHooks(self, request: dict) -> dict:
         inventory = self._optional("inventory", "the hook inventory")
@@ -400,7 +443,8 @@ class Engine:
             model = index.model
             if model is None:
                 raise ProtocolError(ERR_NOT_AVAILABLE, f"model {model_id} is gone")
-            image = visuals.gradient_flow(list(model.named_parameters()), **options)
+            named = list(model.named_parameters())
+            image = self._read_grads(model_id, lambda: visuals.gradient_flow(named, **options))
             about = {"layer": "", "tensor": "parameter gradients", "step": self._step_of(model_id),
                      "phase": paused.get("phase", "") if paused else ""}
         elif view in ("featureMap", "histogram", "tensor", "attention"):
