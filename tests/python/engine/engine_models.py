@@ -1,6 +1,8 @@
-"""Small models shared by the engine tests (imported by name: pytest puts this folder on sys.path)."""
+"""Small models and helpers shared by the engine tests (imported by name: pytest puts this folder on sys.path)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -135,3 +137,12 @@ def hooks_left(model: nn.Module) -> list[str]:
         if getattr(torch_module, f"_global_{kind}_registration_hooks"):
             left.append(f"global {kind} registration hooks")
     return left
+
+
+def req(engine: Any, type_: str, **fields: Any) -> dict:
+    """A request as the editor sends it: validated by the protocol, then handled by the engine."""
+    from hookscope import protocol
+
+    message = {"type": type_, "id": 1, **fields}
+    protocol.validate(message)
+    return engine.handle(message)

@@ -16,15 +16,9 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
-from engine_models import Net, batch, hooks_left
-from hookscope import protocol
+from engine_models import Net, batch, hooks_left, req
 from hookscope.engine import Engine
 
-
-def req(engine: Engine, type_: str, **fields) -> dict:
-    message = {"type": type_, "id": 1, **fields}
-    protocol.validate(message)
-    return engine.handle(message)
 
 
 def every_feature(engine: Engine) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step
+from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, req
 from hookscope import protocol, stop
 from hookscope.engine import Engine
 from hookscope.kept_outputs import BreakpointOutputs
@@ -19,11 +19,6 @@ from hookscope.visuals import mha_weights
 
 pytest.importorskip("hookscope.visuals")
 
-
-def req(engine: Engine, type_: str, **fields: Any) -> dict:
-    message = {"type": type_, "id": 1, **fields}
-    protocol.validate(message)
-    return engine.handle(message)
 
 
 def render(engine: Engine, view: str = "featureMap", **fields: Any) -> dict:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, train
+from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, req, train
 from hookscope import protocol
 from hookscope.engine import Engine
 from hookscope.protocol import ProtocolError
@@ -28,11 +28,6 @@ def setup():
     engine.shutdown()
     assert hooks_left(model) == []
 
-
-def req(engine: Engine, type_: str, **fields) -> dict:
-    message = {"type": type_, "id": 1, **fields}
-    protocol.validate(message)
-    return engine.handle(message)
 
 
 def step(model: nn.Module, seed: int = 0) -> None:
