@@ -151,3 +151,23 @@ def test_op_names_are_the_ones_users_write():
     assert op_name(torch.exp) == "torch.exp"
     assert op_name(F.cross_entropy) == "F.cross_entropy"
     assert op_name(torch.Tensor.div) == "Tensor.div"
+
+
+class LogZero(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        gate = torch.relu(self.fc(x))
+        return torch.log(gate)  # @log
+
+
+def test_minus_inf_is_told_apart_from_nan_and_plus_inf():
+    torch.manual_seed(0)
+    model = LogZero()
+    [hit] = hits_of(model, lambda: model(torch.randn(8, 4)))  # relu zeros: log(0) = -Inf
+    found = origin(hit)
+    assert found.site.op == "torch.log" and found.site.location.line == line_of("log")
+    assert found.counts[0] == 0 and found.counts[1] == 0 and found.counts[2] > 0
+    assert "-Inf" in hit.reason and "NaN," not in hit.reason.split("torch.log")[1]
