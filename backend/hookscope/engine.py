@@ -344,8 +344,9 @@ class Engine:
         last = self._last.get((model_id, layer), {})
         tensors = list(last.get("tensors", []))
         params = list(module.named_parameters(recurse=False)) or list(module.named_parameters())[:64]
+        # Idle (no step within the wait): the layer's summaries without its parameters' gradients.
         tensors += self._read_grads(model_id, lambda: summaries.summarize_many(
-            [(f"{name}.grad", p.grad) for name, p in params if p.grad is not None]))
+            [(f"{name}.grad", p.grad) for name, p in params if p.grad is not None]), when_idle=[])
         return {"layer": layer, "tensors": tensors, "step": last.get("step", self._step_of(model_id))}
 
     def _req_getParamGrads(self, request: dict) -> dict:
@@ -355,14 +356,15 @@ class Engine:
             raise ProtocolError(ERR_NOT_AVAILABLE, f"model {model_id} is gone")
         return {"params": self._read_grads(model_id, lambda: param_grad_stats(model))}
 
-    def _read_grads(self, model_id: str, read: Callable[[], Any]) -> Any:
+    def _read_grads(self, model_id: str, read: Callable[[], Any], when_idle: Any = None) -> Any:
         """``read()`` (which reads parameters' ``.grad``) where autograd is not writing them.
 
         Reading ``.grad`` from another thread while a backward accumulates into it crashes
         torch (a segfault on 2.13 CPU; tests/python/reliability/test_grad_reads.py). While
         paused in a stop, or on the training thread itself (the Python API, tests), it is read
         at once; a request from the agent's thread is run by the training thread at the model's
-        next forward, when the last backward is over, and waits at most GRADS_SAFE_POINT_S.
+        next forward, when the last backward is over, and waits at most GRADS_SAFE_POINT_S
+        (then ``when_idle`` is the answer, or, without one, an error that says why).
         """
         if self._paused is not None or not self.requests_off_thread:
             return read()
@@ -387,6 +389,8 @@ class Engine:
             handle.remove()
             done.set()
             if "value" not in result and "error" not in result:
+                if when_idle is not None:
+                    return when_idle
                 raise ProtocolError(ERR_NOT_AVAILABLE, "parameter gradients are read while paused or between "
                                     f"steps; the model did not start a step within {GRADS_SAFE_POINT_S:g} s")
         if "error" in result:

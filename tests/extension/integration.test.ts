@@ -137,8 +137,26 @@ describe('integration: extension server <-> real Python backend', function () {
     assert.ok(typeof gradOut.norm === 'number' && gradOut.norm > 0);
     await waitForOutput(proc, 'steps done', out);
 
-    // While it runs: the layer's last summaries and its parameters' gradients.
-    const summaries = await hub.request(process1.id, 'getSummaries', { layer: 'conv1', model: model.id });
+    // While it runs: the layer's last summaries and its parameters' gradients (read by the
+    // training thread at the model's next forward: .grad is never read while backward writes it).
+    let settled = false;
+    const summariesReply = hub.request(process1.id, 'getSummaries', { layer: 'conv1', model: model.id })
+      .finally(() => { settled = true; });
+    const stepsDone = () => out.stdout.split('steps done').length - 1;
+    for (let round = 1; !settled && round <= 20; round++) {  // keep it stepping until the reply comes
+      const before = stepsDone();
+      proc.stdin.write('go\n');
+      await Promise.race([summariesReply, new Promise<void>((resolveSteps) => {
+        const check = () => {
+          if (stepsDone() > before) {
+            proc.stdout.off('data', check);
+            resolveSteps();
+          }
+        };
+        proc.stdout.on('data', check);
+      })]);
+    }
+    const summaries = await summariesReply;
     const paths = (summaries.tensors as TensorSummary[]).map((t) => t.path);
     assert.ok(paths.includes('weight.grad'), `weight.grad in ${paths.join(', ')}`);
 
