@@ -101,6 +101,7 @@ from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLA
 from hookscope.leaf_hooks import hook_gradient
 from hookscope.module_tensors import STRUCTURE, ModuleTensors
 from hookscope.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
+from hookscope.stop_location import module_calls
 from hookscope.stop import BreakpointHit
 from hookscope.summaries import all_finite, tensors_in
 
@@ -525,22 +526,6 @@ class RootSentinel:
                      f"{type(exc).__name__}: {exc}"[:500], "nonfiniteError")
 
 
-def _module_calls(skip: int = 2) -> Iterator[tuple[nn.Module, Any]]:
-    """(module, frame locals) of the module calls running on this thread, innermost first.
-
-    Read from torch's ``Module._call_impl`` frames (``self``, ``args``, ``kwargs``): only on the
-    rare paths below, never per step.
-    """
-    frame = sys._getframe(skip)
-    while frame is not None:
-        if frame.f_code.co_filename == _MODULE_PY:
-            names = frame.f_locals
-            module = names.get("self")
-            if isinstance(module, nn.Module) and "args" in names and "kwargs" in names:
-                yield module, names
-        frame = frame.f_back
-
-
 def _starting_call(root: nn.Module) -> tuple[tuple, dict[str, Any]] | None:
     """(args, kwargs) of ``root``'s call when the innermost module call on this thread is the root's.
 
@@ -549,19 +534,18 @@ def _starting_call(root: nn.Module) -> tuple[tuple, dict[str, Any]] | None:
     whose list torch took before ours existed. Its forward has not run yet, so the snapshot
     taken now is exact and the first step is checked like any other.
     """
-    for module, names in _module_calls(3):
+    for module, frame in module_calls(sys._getframe(1)):
         if module is not root:
             return None  # inside another module's call: the root's forward is running
+        names = frame.f_locals
         return tuple(names["args"]), dict(names["kwargs"] or {})
     return None
 
 
 def _running(module: nn.Module) -> bool:
     """Whether ``module``'s forward is running on this thread (its sentinel may have missed its start)."""
-    return any(m is module for m, _ in _module_calls(3))
+    return any(m is module for m, _ in module_calls(sys._getframe(1)))
 
-
-_MODULE_PY = nn.Module.__call__.__code__.co_filename
 
 
 class _Found:

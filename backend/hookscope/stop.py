@@ -105,14 +105,6 @@ class StopFrame:
     def __init__(self, generator: Any) -> None:
         self.generator = generator
 
-    @property
-    def file(self) -> str:
-        return self.generator.gi_frame.f_code.co_filename
-
-    @property
-    def line(self) -> int:
-        return self.generator.gi_frame.f_code.co_firstlineno
-
     def close(self) -> None:
         self.generator.close()
 

@@ -71,17 +71,31 @@ def _stack_locations(start: Any = None) -> Iterator[Location]:
         frame = frame.f_back
 
 
-_CALL_FRAMES = ("_call_impl", "_wrapped_call_impl")
+_MODULE_PY = torch.nn.Module.__call__.__code__.co_filename
+
+
+def module_calls(start: Any) -> Iterator[tuple[torch.nn.Module, Any]]:
+    """(module, frame) of the module calls running on this thread from ``start`` outward, innermost first.
+
+    Read from torch's ``Module._call_impl`` frames (their ``self``, ``args``, ``kwargs``); only on
+    rare paths (a stop, a sentinel installed mid-call), never per step.
+    """
+    frame = start
+    while frame is not None:
+        if frame.f_code.co_filename == _MODULE_PY:
+            names = frame.f_locals
+            module = names.get("self")
+            if isinstance(module, torch.nn.Module) and "args" in names and "kwargs" in names:
+                yield module, frame
+        frame = frame.f_back
 
 
 def _calling_locations(module: Any) -> Iterator[Location]:
     """The lines calling ``module`` right now, when the stop happens inside its call (a forward hook)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name in _CALL_FRAMES and frame.f_locals.get("self") is module:
+    for running, frame in module_calls(sys._getframe(1)):
+        if running is module:
             yield from _stack_locations(frame.f_back)
             return
-        frame = frame.f_back
 
 
 def globals_of(file: str) -> dict[str, Any]:
