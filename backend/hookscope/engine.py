@@ -20,7 +20,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import torch
 from torch import nn
@@ -112,7 +112,8 @@ class Engine:
         self._shape_handles: dict[str, list[Any]] = {}
         self._sent_shapes: dict[str, dict[str, list[int]]] = {}
         self._input_signature: dict[str, tuple] = {}
-        self._breakpoints = LayerBreakpoints(self._fire_breakpoint, self._notice, self._step_of)
+        self._breakpoints = LayerBreakpoints(self._fire_breakpoint, self._notice, self._step_of,
+                                             keep_outputs=self._replay_outputs)
         self._nonfinite = NonFiniteWatch(self._fire_nonfinite, self._notice, self._step_of)
         self._nonfinite_enabled = False
         self._nonfinite_action = "log"
@@ -253,7 +254,7 @@ class Engine:
         """Keep the last output of exactly the layers an enabled breakpoint is installed on."""
         wanted: dict[tuple[str, str], nn.Module] = {}
         for bp in self._breakpoints.breakpoints:
-            if not bp.handles:
+            if not bp.handles or bp.deferred:  # a deferred breakpoint keeps them during its replays
                 continue
             for model_id, name in bp.layers:
                 index = self._indexes.get(model_id)
@@ -261,6 +262,12 @@ class Engine:
                 if module is not None:
                     wanted[(model_id, name)] = module
         self._bp_outputs.sync(wanted)
+
+    def _replay_outputs(self, entries: list[tuple[str, Breakpoint]]) -> ContextManager[None]:
+        """While a deferred breakpoint replays a step, keep its layers' outputs (images at its stop)."""
+        wanted = {(model_id, name): module for model_id, bp in entries
+                  for name, module in self._breakpoints.modules_of(bp, model_id).items()}
+        return self._bp_outputs.replaying(wanted)
 
     @staticmethod
     def _spec_as_raw(bp: Breakpoint) -> dict[str, Any]:

@@ -20,9 +20,10 @@ removed by ``clear``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -132,6 +133,24 @@ class BreakpointOutputs:
                 # this call kept. with_kwargs: attention masks are usually passed by keyword.
                 self._handles[key] = module.register_forward_hook(self._hook(key), prepend=True, with_kwargs=True)
 
+    @contextlib.contextmanager
+    def replaying(self, wanted: dict[tuple[str, str], nn.Module]) -> Iterator[None]:
+        """Keep the calls of ``wanted`` layers made during a replay of a step (the deferred breakpoints':
+        their stops happen in the replay, and they keep nothing while it is not running)."""
+        added = []
+        for key, module in wanted.items():
+            if key not in self._handles:
+                self._handles[key] = module.register_forward_hook(self._hook(key, replay=True), prepend=True,
+                                                                  with_kwargs=True)
+                added.append(key)
+        try:
+            yield
+        finally:
+            for key in added:  # what they kept stays (bounded) for the panel until replaced
+                handle = self._handles.pop(key, None)
+                if handle is not None:
+                    handle.remove()
+
     def get(self, model: str, layer: str) -> Kept | None:
         entry = self._kept.get((model, layer))
         return entry[0] if entry is not None else None
@@ -157,9 +176,9 @@ class BreakpointOutputs:
             self._total -= entry[1]
         self._too_large.pop(key, None)
 
-    def _hook(self, key: tuple[str, str]) -> Callable[..., None]:
+    def _hook(self, key: tuple[str, str], replay: bool = False) -> Callable[..., None]:
         def keep_output(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
-            if REPLAY.depth or key not in self._handles:  # Hookscope's own passes; a hook being removed
+            if (REPLAY.depth and not replay) or key not in self._handles:  # Hookscope's own passes; a hook being removed
                 return
             try:
                 self._store(key, keep_call(module, args, kwargs, output, self._step_of(key[0])))

@@ -1,0 +1,724 @@
+"""Value conditions on many layers, checked once per step, then an exact replay of a step that hit.
+
+Why not check every call
+    A value condition (NaN/Inf, abs-max above, gradient norm above or below)
+    on every layer through the exact path costs a Python hook chain per layer
+    (``GradTap``'s pre/post hooks and tensor hooks, the cheap reject, a host sync
+    per call, the kept output): 35-50 µs per layer per step under a debugger,
+    1.3-2.7x a training step. Hits are rare, so, like break on NaN/Inf
+    (nonfinite.py), the steady state only asks "did any call of this step
+    hold?" and the exact answer, "which call first, with what values?", comes
+    from replaying that one step.
+
+Steady state (per watched layer, then once per step per model)
+    * The layer's forward hook keeps a reference to each tensor the condition
+      looks at (the output; the inputs too for NaN/Inf) and hooks the output's
+      gradient when the backward phase is watched; a forward-pre hook hooks the
+      inputs' gradients (before the layer may change them in place, as GradTap
+      does). Those tensor hooks keep a reference to each gradient. No value is
+      computed per call: every ``FLUSH_COUNT`` tensors (or ``FLUSH_BYTES``) one
+      ``_foreach_norm`` (the inf-norm for abs-max and NaN/Inf, which carries
+      NaN and Inf and cannot overflow; the 2-norm for gradient norms) reduces
+      them on their device, so memory stays bounded and nothing syncs.
+    * At the end of the root's forward (its forward hook) the forward values,
+      and at the end of the backward (a callback queued by the first gradient
+      hook) the backward values, are reduced to one number per breakpoint:
+      one host sync. The root's forward-pre keeps what a replay needs
+      (``step_snapshot``): inputs by reference, RNG state, a copy of the buffers.
+    * The per-call test is a superset of the exact one: the same value, compared
+      in float64 (gradient norms with a relative margin of ``NORM_MARGIN`` for
+      the fused kernel's rounding), NaN counted as a possible hit, a call of k
+      outputs tested per output against the threshold divided by sqrt(k).
+      Tensors of an unusual kind (integers, sparse, empty) are decided at once
+      with the exact path's own test.
+
+On a possible hit: exact replay
+    The step is replayed from the root's snapshot (forward; for a backward value
+    the forward and then the backward from the root output with the gradients it
+    received) with the breakpoint's exact hooks installed for that replay only.
+    They stop in the first call whose condition holds, with the same locals,
+    reason and stop location as the exact path (the stop frame is built inside
+    the replay's hook); the debugger pauses inside the replay, which then runs to
+    its end, and the step's state is put back. The replay's own values are
+    checked too: when they say "no hit" as well, the suspicion was a rounding
+    margin or a NaN the exact test ignores; when they differ (the step is not
+    reproducible: state outside the model, a nondeterministic kernel, a loss that
+    does not flow through the model's output) a notice says so.
+
+Kept on the exact path
+    Python-expression conditions, hit counts, breakpoints on fewer than
+    ``DEFER_MIN_LAYERS`` layers, the ``param_grad`` phase, and any call of a
+    watched layer made outside its root's forward (the program calling
+    ``model.encoder`` directly): those calls run the exact test (and GradTap)
+    inline, since no snapshot exists to replay them from.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import weakref
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+
+import torch
+from torch import nn
+
+from hookscope.conditions import REPLAY, Condition, HookEvent
+from hookscope.leaf_hooks import LeafHooks, hook_gradient
+from hookscope.module_tensors import STRUCTURE, ModuleTensors
+from hookscope.step_snapshot import CallSnapshot, state_kept
+from hookscope.stop import BreakpointHit
+from hookscope.summaries import tensors_in
+
+if TYPE_CHECKING:
+    from hookscope.breakpoints import Breakpoint, GradTap
+
+log = logging.getLogger("hookscope")
+
+DEFERRED_KINDS = frozenset({"nonfinite", "absmax_above", "grad_norm_above", "grad_norm_below"})
+"""Conditions whose value a device computes: these can be checked once per step."""
+DEFERRED_PHASES = ("forward_pre", "forward", "backward")
+DEFER_MIN_LAYERS = 4
+"""A value condition on this many layers or more takes the deferred path."""
+FLUSH_COUNT = 64
+FLUSH_BYTES = 64 * 2**20
+"""Tensors referenced before their values are computed (bounds the memory held past their use)."""
+NORM_MARGIN = 1e-5
+"""Relative margin on gradient-norm thresholds: the fused norm may round differently from the exact one."""
+MAX_PENDING_CALLS = 4
+"""Root calls kept for one backward (two forwards, one loss); older ones are not replayed."""
+
+_STRIDED = torch.strided
+_INF = math.inf
+
+
+def deferrable(condition: Condition, hit_count: int | None, every: int | None, layers: int) -> bool:
+    """Whether a breakpoint's value condition is checked once per step (its deferrable phases)."""
+    return (condition.kind in DEFERRED_KINDS and hit_count is None and every is None
+            and layers >= DEFER_MIN_LAYERS)
+
+
+class _Values:
+    """The tensors one breakpoint looks at in one phase of a step, and their values once computed."""
+
+    __slots__ = ("refs", "bytes", "done", "flag", "ord", "condition", "phase", "recorder")
+
+    def __init__(self, condition: Condition, phase: str, recorder: "_Recorder") -> None:
+        self.condition = condition
+        self.phase = phase
+        self.ord = 2.0 if condition.kind.startswith("grad_norm") else _INF
+        self.recorder = recorder
+        self.refs: list[torch.Tensor] = []
+        self.bytes = 0
+        self.done: list[torch.Tensor] = []
+        self.flag = False
+        """A tensor decided at once (an unusual kind) may hit."""
+
+    def reset(self) -> None:
+        self.refs, self.bytes, self.done, self.flag = [], 0, [], False
+
+    def odd(self, tensor: Any) -> None:
+        """A tensor the fused reduction does not take: the exact path's own test decides now."""
+        phase = self.phase
+        produced, received = (tensor, tensor) if phase == "backward" else (tensor, None)
+        if not self.condition.rejects(phase, produced, received):
+            self.flag = True
+
+    def grad(self, grad: torch.Tensor) -> None:
+        """Tensor hook on an input or output of a watched call: keep the gradient's reference."""
+        recorder = self.recorder
+        if REPLAY.depth and not recorder.replaying:
+            return
+        if grad.is_floating_point() and grad.layout is _STRIDED and grad.numel():
+            self.refs.append(grad)
+            self.bytes += grad.nbytes
+            if self.bytes > FLUSH_BYTES or len(self.refs) >= FLUSH_COUNT:
+                self.flush()
+        else:
+            self.odd(grad)
+        if not recorder.queued:  # usually the root output's hook queued it already
+            recorder.queue()
+
+    def scaled_grad(self, outputs: int, grad: torch.Tensor) -> None:
+        """An output gradient of a call with several: the exact norm is over all of them (rare: at once)."""
+        if REPLAY.depth and not self.recorder.replaying:
+            return
+        try:
+            norm = float(torch.linalg.vector_norm(grad.detach(), dtype=torch.float32))
+            threshold = self.condition.threshold or 0.0
+            if norm != norm or norm * math.sqrt(outputs) > threshold - abs(threshold) * NORM_MARGIN:
+                self.flag = True
+        except Exception:  # noqa: BLE001 - the replay decides
+            self.flag = True
+        if not self.recorder.queued:
+            self.recorder.queue()
+
+    def flush(self) -> None:
+        """Reduce the referenced tensors to one value each, on their device (no sync)."""
+        refs = self.refs
+        self.refs, self.bytes = [], 0
+        enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            if self.ord == 2.0:
+                norms = torch._foreach_norm(refs, 2.0, dtype=torch.float32)
+            else:
+                norms = torch._foreach_norm(refs, _INF)
+            self.done.append(torch.stack(norms))
+        except (RuntimeError, TypeError):  # mixed devices, float64 with a float32 norm: one at a time
+            for tensor in refs:
+                self.odd(tensor)
+        finally:
+            torch._C._set_grad_enabled(enabled)
+
+    def may_hit(self) -> bool:
+        """Whether some call of this step may satisfy the condition (one host sync)."""
+        if self.refs:
+            self.flush()
+        if self.flag:
+            return True
+        if not self.done:
+            return False
+        kind = self.condition.kind
+        below = kind == "grad_norm_below"
+        try:
+            values = self.done[0] if len(self.done) == 1 else torch.cat(self.done)
+            extreme = float(values.min() if below else values.max())
+        except RuntimeError:  # values on several devices
+            extremes = [float(v.min() if below else v.max()) for v in self.done]
+            if any(e != e for e in extremes):
+                return True
+            extreme = min(extremes) if below else max(extremes)
+        if extreme != extreme:  # NaN: the exact test may or may not count it; the replay decides
+            return True
+        if kind == "nonfinite":
+            return not math.isfinite(extreme)
+        threshold = self.condition.threshold or 0.0
+        if kind == "absmax_above":
+            return extreme > threshold
+        margin = abs(threshold) * NORM_MARGIN
+        return extreme < threshold + margin if below else extreme > threshold - margin
+
+
+class _Track:
+    """One deferred breakpoint on one model: its phases' values in the current step."""
+
+    def __init__(self, bp: "Breakpoint", phases: Sequence[str], recorder: "_Recorder") -> None:
+        condition = bp.spec.condition
+        self.bp = bp
+        self.recorder = recorder
+        self.forward_phases = tuple(p for p in phases if p in ("forward_pre", "forward")
+                                    and condition.applies_to(p))
+        self.backward = "backward" in phases and condition.applies_to("backward")
+        self.forward = _Values(condition, "forward", recorder)
+        self.backward_values = _Values(condition, "backward", recorder)
+        self.leaves = LeafHooks()
+        """Gradient hooks this step placed on leaf tensors (a model input that requires grad)."""
+
+    @property
+    def nonfinite(self) -> bool:
+        return self.bp.spec.condition.kind == "nonfinite"
+
+
+def _take(values: _Values, value: Any) -> None:
+    """The tensors of a value that is not one floating tensor (a tuple, an integer or empty tensor)."""
+    for tensor in tensors_in(value):
+        if tensor.is_floating_point() and tensor.layout is _STRIDED and tensor.numel():
+            values.refs.append(tensor)
+            values.bytes += tensor.nbytes
+        else:
+            values.odd(tensor)
+
+
+class _LayerHooks:
+    """The steady-state hooks of one deferred breakpoint on one layer."""
+
+    def __init__(self, track: _Track, model_id: str, name: str, module: nn.Module, owner: "DeferredValues") -> None:
+        self.track = track
+        self.model_id = model_id
+        self.name = name
+        self.module = module
+        self.owner = owner
+        kind = track.bp.spec.condition.kind
+        self.pre_values = "forward_pre" in track.forward_phases
+        self.post_values = "forward" in track.forward_phases
+        self.hook_inputs = track.backward and kind in ("absmax_above", "nonfinite")  # grad_input
+        self.hook_outputs = track.backward and kind != "absmax_above"  # grad_output
+        self.tap: GradTap | None = None
+        """The exact backward path for calls made outside the root's forward (made at the first)."""
+
+    def install(self) -> list[Any]:
+        handles = []
+        if self.pre_values or self.track.backward:
+            handles.append(self.module.register_forward_pre_hook(self._pre))
+        if self.post_values or self.track.backward:
+            handles.append(self.module.register_forward_hook(self._post))
+        return handles
+
+    # Both hooks run in every call of every watched layer: attribute reads and C calls, inline.
+
+    def _pre(self, module: nn.Module, args: tuple) -> None:
+        recorder = self.track.recorder
+        if REPLAY.depth and not recorder.replaying:
+            return
+        if not recorder.open:
+            self._outside_pre(module, args)
+            return
+        try:
+            if self.pre_values:
+                values = self.track.forward
+                for arg in args:
+                    if type(arg) is torch.Tensor and arg.is_floating_point() and arg.layout is _STRIDED and arg.numel():
+                        values.refs.append(arg)
+                        values.bytes += arg.nbytes
+                    elif isinstance(arg, (torch.Tensor, tuple, list, dict)):
+                        _take(values, arg)
+                if values.bytes > FLUSH_BYTES or len(values.refs) >= FLUSH_COUNT:
+                    values.flush()
+            if self.hook_inputs and recorder.hook_grads and torch.is_grad_enabled():
+                grad = self.track.backward_values.grad
+                for arg in args:
+                    if type(arg) is torch.Tensor and arg.requires_grad:
+                        handle = hook_gradient(arg, grad)
+                        if handle is not None:  # a leaf: removed at the step's end
+                            self.track.leaves.keep(handle)
+        except Exception as exc:  # noqa: BLE001 - never into the user's forward
+            self.owner.failed(self.track.bp, self.name, exc)
+
+    def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        recorder = self.track.recorder
+        if REPLAY.depth and not recorder.replaying:
+            return
+        if not recorder.open:
+            self._outside_post(module, args, output)
+            return
+        try:
+            if self.post_values:
+                values = self.track.forward
+                if (type(output) is torch.Tensor and output.is_floating_point() and output.layout is _STRIDED
+                        and output.numel()):
+                    values.refs.append(output)
+                    values.bytes += output.nbytes
+                else:
+                    _take(values, output)
+                if self.track.nonfinite:  # the exact test looks at the inputs too
+                    for arg in args:
+                        if type(arg) is torch.Tensor and arg.is_floating_point() and arg.layout is _STRIDED and arg.numel():
+                            values.refs.append(arg)
+                            values.bytes += arg.nbytes
+                        elif isinstance(arg, (torch.Tensor, tuple, list, dict)):
+                            _take(values, arg)
+                if values.bytes > FLUSH_BYTES or len(values.refs) >= FLUSH_COUNT:
+                    values.flush()
+            if self.hook_outputs and recorder.hook_grads and torch.is_grad_enabled():
+                values = self.track.backward_values
+                if type(output) is torch.Tensor:
+                    if output.requires_grad:
+                        handle = hook_gradient(output, values.grad)
+                        if handle is not None:
+                            self.track.leaves.keep(handle)
+                else:
+                    self._hook_outputs(values, output)
+        except Exception as exc:  # noqa: BLE001 - never into the user's forward
+            self.owner.failed(self.track.bp, self.name, exc)
+
+    def _hook_outputs(self, values: _Values, output: Any) -> None:
+        outs = [t for t in tensors_in(output) if t.requires_grad]
+        scaled = len(outs) > 1 and self.track.bp.spec.condition.kind == "grad_norm_above"
+        for tensor in outs:
+            handle = hook_gradient(tensor, partial(values.scaled_grad, len(outs)) if scaled else values.grad)
+            if handle is not None:
+                self.track.leaves.keep(handle)
+
+    # -- calls outside the root's forward: the exact path, inline --------------
+
+    def _outside_pre(self, module: nn.Module, args: tuple) -> None:
+        if self.track.backward:
+            if self.tap is None:
+                self.tap = self.owner.make_tap(self.track.bp, self.model_id, self.name, module)
+            self.tap._pre(module, args)
+        if self.pre_values:
+            self.owner.exact(self.track.bp, HookEvent(self.model_id, self.name, module, "forward_pre", inputs=args),
+                             args, None)
+
+    def _outside_post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if self.tap is not None:
+            self.tap._post(module, args, output)
+        if self.post_values:
+            self.owner.exact(self.track.bp, HookEvent(self.model_id, self.name, module, "forward", inputs=args,
+                                                      output=output), output, args)
+
+
+class _Recorder:
+    """One model root: the snapshots of its calls, the once-per-step checks and the replays."""
+
+    def __init__(self, model_id: str, root: nn.Module, owner: "DeferredValues") -> None:
+        self.model_id = model_id
+        self._root = weakref.ref(root)  # a model the program drops is freed
+        self.owner = owner
+        self.tensors = ModuleTensors(root)
+        self.tracks: list[_Track] = []
+        self.open = False
+        """The root's forward is running (its forward-pre took a snapshot)."""
+        self.replaying = False
+        self.hook_grads = True
+        """Off while a forward is replayed alone: its graph gets no backward."""
+        self.queued = False
+        self.calls: list[CallSnapshot] = []
+        """Root calls since the last end-of-backward check, oldest first."""
+        self._spare: list[CallSnapshot] = []
+        self.leaves = LeafHooks()
+        STRUCTURE.acquire()
+        # First among the root's pre-hooks and (see last_post) last among its forward hooks, so that
+        # a watched root's own layer hooks run inside the recorded call.
+        self.handles = [root.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True),
+                        root.register_forward_hook(self._post, with_kwargs=True)]
+
+    def last_post(self) -> None:
+        """Put the forward hook back after the layer hooks added since (the root may be a watched layer)."""
+        self.handles.pop().remove()
+        self.handles.append(self.root.register_forward_hook(self._post, with_kwargs=True))
+
+    @property
+    def root(self) -> nn.Module:
+        root = self._root()
+        if root is None:
+            raise RuntimeError("the model was freed")
+        return root
+
+    def remove(self) -> int:
+        for handle in self.handles:
+            handle.remove()
+        count = len(self.handles)
+        if self.handles:
+            STRUCTURE.release()
+        self.handles = []
+        self.leaves.remove_all()
+        for track in self.tracks:
+            track.leaves.remove_all()
+        for call in self.calls:
+            call.release()
+        self.calls, self._spare, self.tracks = [], [], []
+        return count
+
+    # -- steady state ------------------------------------------------------
+
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+        if REPLAY.depth or self.open:
+            return
+        try:
+            calls = self.calls
+            if len(calls) >= MAX_PENDING_CALLS:
+                old = calls.pop(0)
+                old.release()
+                self._spare.append(old)
+            call = self._spare.pop() if self._spare else CallSnapshot()
+            tensors = self.tensors
+            call.take(args, kwargs, tensors.buffers() if tensors.bufferless_at != tensors.structure.generation else ())
+            calls.append(call)
+            for track in self.tracks:
+                if track.forward_phases:
+                    track.forward.reset()
+            self.open = True
+        except Exception as exc:  # noqa: BLE001
+            self.owner.failed(None, "", exc)
+
+    def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
+        if REPLAY.depth or not self.open:
+            return
+        self.open = False
+        if not self.calls:
+            return
+        call = self.calls[-1]
+        try:
+            hits = [t for t in self.tracks if t.forward_phases and t.forward.may_hit()]
+            for track in self.tracks:
+                track.forward.reset()
+            if hits:
+                self._replay_forward(call, hits)
+            if call.grad_enabled and any(t.backward for t in self.tracks):
+                self._hook_root_outputs(call, output)
+            else:
+                self._drop(call)
+        except BreakpointHit:
+            raise  # the user chose 'raise'
+        except Exception as exc:
+            self.owner.failed(None, "", exc)
+
+    def _drop(self, call: CallSnapshot) -> None:
+        if self.calls and self.calls[-1] is call:
+            self.calls.pop()
+            call.release()
+            self._spare.append(call)
+
+    def _hook_root_outputs(self, call: CallSnapshot, output: Any) -> None:
+        grads = call.root_grads
+        for tensor in ([output] if type(output) is torch.Tensor else tensors_in(output)):
+            if tensor.requires_grad:
+                j = len(grads)
+                grads.append(None)
+                handle = hook_gradient(tensor, partial(self._root_grad, call, j))
+                if handle is not None:
+                    self.leaves.keep(handle)
+
+    def _root_grad(self, call: CallSnapshot, j: int, grad: torch.Tensor) -> None:
+        if REPLAY.depth or j >= len(call.root_grads):
+            return  # a replay's, or a call released since
+        call.root_grads[j] = grad
+        if not self.queued:
+            self.queue()
+
+    def queue(self) -> None:
+        self.queued = True
+        torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
+
+    def _after_backward(self) -> None:
+        """End of the backward: check the step's backward values (one sync); replay it on a possible hit."""
+        self.queued = False
+        if self.replaying:
+            return  # the replay's own backward: its values are read by the replay
+        try:
+            tracks = [t for t in self.tracks if t.backward]
+            hits = [t for t in tracks if t.backward_values.may_hit()]
+            for track in self.tracks:
+                track.backward_values.reset()
+                track.leaves.remove_all()
+            self.leaves.remove_all()
+            calls = [c for c in self.calls if any(g is not None for g in c.root_grads)]
+            if hits:
+                if calls:
+                    self._replay_backward(calls, hits)
+                else:
+                    self._not_replayed(hits, "the loss did not flow through the model's output, so the step "
+                                       "cannot be replayed")
+        except BreakpointHit:
+            raise  # the user chose 'raise'
+        except Exception as exc:
+            self.owner.failed(None, "", exc)
+        finally:
+            for call in self.calls:
+                call.release()
+            self._spare.extend(self.calls)
+            self.calls = []
+
+    # -- replays -------------------------------------------------------------
+
+    def _replay_forward(self, call: CallSnapshot, tracks: list[_Track]) -> None:
+        hits_before = _hits(tracks)
+        buffers = self.tensors.buffers()
+        self.hook_grads = False
+        try:
+            with self._replaying(tracks, ("forward_pre", "forward"), buffers, call.cuda_rng is not None):
+                call.apply(buffers)
+                with torch.set_grad_enabled(call.grad_enabled):
+                    self.root(*call.args, **call.kwargs)
+        finally:
+            self.hook_grads = True
+        if _hits(tracks) == hits_before:
+            self._check_reproduced([t for t in tracks if not t.forward.may_hit()], "forward")
+        for track in self.tracks:
+            track.forward.reset()
+
+    def _replay_backward(self, calls: list[CallSnapshot], tracks: list[_Track]) -> None:
+        hits_before = _hits(tracks)
+        params = self.tensors.parameters()
+        saved = [p.grad for p in params]
+        for p in params:
+            p.grad = None  # the replay must not add to the step's gradients
+        buffers = self.tensors.buffers()
+        try:
+            with self._replaying(tracks, ("backward",), buffers, any(c.cuda_rng is not None for c in calls)):
+                outs: list[torch.Tensor] = []
+                grads: list[torch.Tensor] = []
+                for call in calls:
+                    call.apply(buffers)
+                    with torch.enable_grad():
+                        out = self.root(*call.args, **call.kwargs)
+                    tensors = [t for t in tensors_in(out) if t.requires_grad]
+                    for tensor, grad in zip(tensors, call.root_grads):
+                        if grad is not None:
+                            outs.append(tensor)
+                            grads.append(grad)
+                if outs:
+                    torch.autograd.backward(outs, grads)
+                replayed = [t for t in tracks if t.backward_values.may_hit()]
+        finally:
+            for p, g in zip(params, saved):
+                p.grad = g
+            for track in self.tracks:
+                track.forward.reset()
+                track.backward_values.reset()
+                track.leaves.remove_all()
+        if _hits(tracks) == hits_before:
+            self._check_reproduced([t for t in tracks if t not in replayed], "backward")
+
+    def _replaying(self, tracks: list[_Track], phases: tuple[str, ...], buffers: list[torch.Tensor],
+                   cuda: bool) -> ContextManager[None]:
+        return _Replay(self, tracks, phases, buffers, cuda)
+
+    def _check_reproduced(self, lost: list[_Track], phase: str) -> None:
+        """After a replay where no call hit: a breakpoint whose replayed values no longer may hit was lost."""
+        if lost:
+            self._not_replayed(lost, "the replay of the step did not reproduce the values (state outside the "
+                               "model, or a nondeterministic kernel)")
+
+    def _not_replayed(self, tracks: list[_Track], why: str) -> None:
+        for track in tracks:
+            self.owner.notice("warning", f"breakpoint {track.bp.spec.id}: a call in step "
+                              f"{self.owner.step_of(self.model_id)} of model {self.model_id} may satisfy "
+                              f"{_describe(track.bp.spec.condition)}, but {why}; set it on fewer than "
+                              f"{DEFER_MIN_LAYERS} layers for the exact per-call check", "deferredNotReplayed")
+
+
+class _Replay:
+    """The replay's frame: state kept, Hookscope's other hooks quiet, the breakpoints' exact hooks on."""
+
+    def __init__(self, recorder: _Recorder, tracks: list[_Track], phases: tuple[str, ...],
+                 buffers: list[torch.Tensor], cuda: bool) -> None:
+        self.recorder, self.tracks, self.phases = recorder, tracks, phases
+        self.kept = state_kept(buffers, cuda)
+        self.exact: list[Any] = []
+        self.outputs: ContextManager[None] | None = None
+
+    def __enter__(self) -> None:
+        recorder = self.recorder
+        self.kept.__enter__()
+        REPLAY.depth += 1
+        recorder.replaying = recorder.open = True
+        for track in recorder.tracks:
+            track.forward.reset()
+            track.backward_values.reset()
+        try:
+            owner = recorder.owner
+            for track in self.tracks:
+                track.bp.replaying = True
+                self.exact.extend(owner.exact_hooks(track.bp, recorder.model_id, self.phases))
+            self.outputs = owner.keep_outputs([(recorder.model_id, t.bp) for t in self.tracks])
+            self.outputs.__enter__()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        recorder = self.recorder
+        try:
+            if self.outputs is not None:
+                self.outputs.__exit__(None, None, None)
+            for closer in self.exact:
+                closer()
+            for track in self.tracks:
+                track.bp.replaying = False
+        finally:
+            recorder.replaying = recorder.open = False
+            REPLAY.depth -= 1
+            self.kept.__exit__(None, None, None)
+
+
+def _hits(tracks: list[_Track]) -> int:
+    return sum(t.bp.counter.hits for t in tracks)
+
+
+def _describe(condition: Condition) -> str:
+    if condition.kind == "nonfinite":
+        return "NaN/Inf"
+    what = {"absmax_above": "abs-max >", "grad_norm_above": "gradient norm >",
+            "grad_norm_below": "gradient norm <"}[condition.kind]
+    return f"{what} {condition.threshold:g}"
+
+
+ExactFn = Callable[["Breakpoint", HookEvent, Any, Any], None]
+ExactHooksFn = Callable[["Breakpoint", str, tuple[str, ...]], list[Callable[[], Any]]]
+TapFn = Callable[["Breakpoint", str, str, nn.Module], "GradTap"]
+KeepOutputsFn = Callable[[list[tuple[str, "Breakpoint"]]], ContextManager[None]]
+
+
+@dataclass
+class DeferredHooks:
+    """What the deferred path needs from the exact one (LayerBreakpoints supplies it)."""
+    exact: ExactFn
+    """Run the exact test and fire for one call (``produced``, ``received`` as ``Condition.rejects`` takes them)."""
+    exact_hooks: ExactHooksFn
+    """Install a breakpoint's exact hooks for some phases on one model's layers; returns their removers."""
+    make_tap: TapFn
+    notice: Callable[[str, str, str], None]
+    step_of: Callable[[str], int]
+    keep_outputs: KeepOutputsFn = field(default=lambda entries: _nothing())
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _nothing() -> ContextManager[None]:
+    return _Nothing()
+
+
+class DeferredValues:
+    """Every deferred breakpoint of one process, by model."""
+
+    def __init__(self, hooks: DeferredHooks) -> None:
+        self._hooks = hooks
+        self.recorders: dict[str, _Recorder] = {}
+        self._reported: set[str] = set()
+
+    @property
+    def hook_count(self) -> int:
+        return sum(len(r.handles) for r in self.recorders.values())
+
+    def add(self, bp: "Breakpoint", phases: Sequence[str], model_id: str, root: nn.Module,
+            layers: list[tuple[str, nn.Module]]) -> None:
+        """Watch ``layers`` of one model for ``bp`` (its hooks go into ``bp.handles``)."""
+        recorder = self.recorders.get(model_id)
+        if recorder is None:
+            recorder = self.recorders[model_id] = _Recorder(model_id, root, self)
+        track = _Track(bp, phases, recorder)
+        recorder.tracks.append(track)
+        for name, module in layers:
+            bp.handles.extend(_LayerHooks(track, model_id, name, module, self).install())
+        bp.closers.append(track.leaves.remove_all)
+        recorder.last_post()
+
+    def clear(self) -> int:
+        removed = sum(r.remove() for r in self.recorders.values())
+        self.recorders = {}
+        self._reported = set()
+        return removed
+
+    # -- what the layers and recorders call -------------------------------------
+
+    def exact(self, bp: "Breakpoint", event: HookEvent, produced: Any, received: Any) -> None:
+        self._hooks.exact(bp, event, produced, received)
+
+    def exact_hooks(self, bp: "Breakpoint", model_id: str, phases: tuple[str, ...]) -> list[Callable[[], Any]]:
+        return self._hooks.exact_hooks(bp, model_id, phases)
+
+    def make_tap(self, bp: "Breakpoint", model_id: str, name: str, module: nn.Module) -> "GradTap":
+        tap = self._hooks.make_tap(bp, model_id, name, module)
+        bp.closers.append(tap.close)
+        return tap
+
+    def keep_outputs(self, entries: list[tuple[str, "Breakpoint"]]) -> ContextManager[None]:
+        return self._hooks.keep_outputs(entries)
+
+    def notice(self, level: str, message: str, code: str) -> None:
+        self._hooks.notice(level, message[:500], code)
+
+    def step_of(self, model_id: str) -> int:
+        return self._hooks.step_of(model_id)
+
+    def failed(self, bp: "Breakpoint | None", layer: str, exc: Exception) -> None:
+        """A deferred hook failed: said once per distinct error, never raised into training."""
+        text = f"{type(exc).__name__}: {exc}"
+        where = f"breakpoint {bp.spec.id} on {layer}" if bp is not None else "a breakpoint's per-step check"
+        key = f"{where}: {text}"
+        log.debug("hookscope: deferred check failed: %s", key, exc_info=True)
+        if key in self._reported or len(self._reported) > 16:
+            return
+        self._reported.add(key)
+        self.notice("warning", key, "conditionError")
