@@ -48,6 +48,9 @@ PEER_MODES = {
     "torchlens": "TorchLens capturing all activations (trace) + step",
 }
 SIDE_BY_SIDE_MODE = "hookscope-side-by-side"
+NAN_FLOOR_DEBUGPY = "nan_floor.py under debugpy"
+EXTRAS = ("latency.py", "nan_floor.py", "render_bench.py", "lsp_bench.py", "variables_bench.py", NAN_FLOOR_DEBUGPY)
+"""The side benchmarks, in the order RESULTS.md shows them."""
 LABELS = {"plain": "plain Python, no debugger", "debugpy": "under debugpy, no Hookscope",
           **HOOKSCOPE_MODES, **PEER_MODES,
           SIDE_BY_SIDE_MODE: "Hookscope configurations side by side in one process"}
@@ -190,6 +193,8 @@ def main() -> int:
     parser.add_argument("--modes", default=",".join(LABELS))
     parser.add_argument("--row-timeout", type=float, default=900)
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    parser.add_argument("--extras", default=",".join(EXTRAS),
+                        help="comma-separated side benchmarks to run after the rows ('none': only the rows)")
     args = parser.parse_args()
     # Workers run in a temporary folder: a relative interpreter path (the Makefile's) must not depend on it.
     # abspath, not resolve(): a venv's python is a symlink whose target is not the venv.
@@ -200,9 +205,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hookscope-bench-") as tmp:
         for device in devices:
             by_device[device] = measure_rows(device, models, args, Path(tmp))
-    side = {name: extra(name, args.python) for name in ("latency.py", "nan_floor.py", "render_bench.py", "lsp_bench.py",
-                                                     "variables_bench.py")}
-    side["nan_floor.py under debugpy"] = nan_floor_under_debugpy(args.python)
+    wanted = [] if args.extras == "none" else args.extras.split(",")
+    side = {name: extra(name, args.python) for name in EXTRAS if name in wanted and name != NAN_FLOOR_DEBUGPY}
+    if NAN_FLOOR_DEBUGPY in wanted:
+        side[NAN_FLOOR_DEBUGPY] = nan_floor_under_debugpy(args.python)
     text = render_markdown(by_device, devices, models, args, side)
     Path(args.out).write_text(text, encoding="utf-8")
     print(text)

@@ -58,6 +58,7 @@ from __future__ import annotations
 import logging
 import math
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
@@ -67,7 +68,7 @@ from torch import nn
 
 from hookscope.conditions import REPLAY, Condition, HookEvent
 from hookscope.leaf_hooks import LeafHooks, hook_gradient
-from hookscope.module_tensors import STRUCTURE, ModuleTensors
+from hookscope.module_tensors import FLATTEN_MAX_NUMEL, STRUCTURE, ModuleTensors
 from hookscope.step_snapshot import CallSnapshot, state_kept
 from hookscope.stop import BreakpointHit
 from hookscope.summaries import tensors_in
@@ -103,21 +104,19 @@ def deferrable(condition: Condition, hit_count: int | None, every: int | None, l
 class _Values:
     """The tensors one breakpoint looks at in one phase of a step, and their values once computed."""
 
-    __slots__ = ("refs", "bytes", "done", "flag", "ord", "condition", "phase", "recorder")
+    __slots__ = ("refs", "bytes", "done", "flag", "condition", "kind", "phase", "recorder")
 
     def __init__(self, condition: Condition, phase: str, recorder: "_Recorder") -> None:
         self.condition = condition
+        self.kind = condition.kind
         self.phase = phase
-        self.ord = 2.0 if condition.kind.startswith("grad_norm") else _INF
         self.recorder = recorder
         self.refs: list[torch.Tensor] = []
         self.bytes = 0
         self.done: list[torch.Tensor] = []
+        """Computed values: larger is worse (abs-max, a norm above), smaller (a norm below), or sums (NaN/Inf)."""
         self.flag = False
         """A tensor decided at once (an unusual kind) may hit."""
-
-    def reset(self) -> None:
-        self.refs, self.bytes, self.done, self.flag = [], 0, [], False
 
     def odd(self, tensor: Any) -> None:
         """A tensor the fused reduction does not take: the exact path's own test decides now."""
@@ -156,50 +155,91 @@ class _Values:
             self.recorder.queue()
 
     def flush(self) -> None:
-        """Reduce the referenced tensors to one value each, on their device (no sync)."""
+        """Reduce the referenced tensors on their device (no sync).
+
+        A gradient norm needs each tensor's norm (one fused ``_foreach_norm``); abs-max and NaN/Inf
+        need only the step's extreme. On a GPU the inf-norm is one fused kernel for the list; on a
+        CPU it is not vectorised (20x a sum on a conv activation), so there the small tensors go
+        through one flattened copy (a kernel costs ~1 µs however small its tensor) and each large
+        one through ``aminmax`` (abs-max: vectorised, as the exact test's) or a sum (NaN/Inf: it keeps
+        any NaN/Inf; finite values that overflow it only cost a replay).
+        """
         refs = self.refs
         self.refs, self.bytes = [], 0
         enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
-            if self.ord == 2.0:
-                norms = torch._foreach_norm(refs, 2.0, dtype=torch.float32)
+            kind = self.kind
+            if kind == "grad_norm_above" or kind == "grad_norm_below":
+                self.done.append(torch.stack(torch._foreach_norm(refs, 2.0, dtype=torch.float32)))
+                return
+            if refs[0].device.type != "cpu":
+                self.done.append(torch.stack(torch._foreach_norm(refs, _INF)))
+                return
+            large, small = [], []
+            for tensor in refs:  # loops, not comprehensions: one frame less each under a debugger
+                (small if tensor.numel() <= FLATTEN_MAX_NUMEL else large).append(tensor)
+            if len(small) > 1:
+                try:
+                    large.append(torch._C._nn.flatten_dense_tensors(small))
+                except RuntimeError:  # mixed dtypes
+                    large.extend(small)
             else:
-                norms = torch._foreach_norm(refs, _INF)
-            self.done.append(torch.stack(norms))
-        except (RuntimeError, TypeError):  # mixed devices, float64 with a float32 norm: one at a time
+                large.extend(small)
+            done = self.done
+            for tensor in large:
+                if kind == "nonfinite":
+                    done.append(tensor.sum(dtype=torch.float32))
+                else:
+                    low, high = torch.aminmax(tensor)
+                    done.append(high)
+                    done.append(low.neg_())
+        except (RuntimeError, TypeError):  # mixed devices or dtypes, float64 with a float32 norm: one at a time
             for tensor in refs:
                 self.odd(tensor)
         finally:
             torch._C._set_grad_enabled(enabled)
 
-    def may_hit(self) -> bool:
-        """Whether some call of this step may satisfy the condition (one host sync)."""
+    def verdict(self) -> bool:
+        """Whether some call of the step may satisfy the condition (one host sync); then starts afresh."""
         if self.refs:
             self.flush()
-        if self.flag:
+        done, flag = self.done, self.flag
+        self.done, self.flag = [], False
+        if flag:
             return True
-        if not self.done:
+        if not done:
             return False
-        kind = self.condition.kind
+        kind = self.kind
         below = kind == "grad_norm_below"
-        try:
-            values = self.done[0] if len(self.done) == 1 else torch.cat(self.done)
-            extreme = float(values.min() if below else values.max())
-        except RuntimeError:  # values on several devices
-            extremes = [float(v.min() if below else v.max()) for v in self.done]
-            if any(e != e for e in extremes):
-                return True
-            extreme = min(extremes) if below else max(extremes)
-        if extreme != extreme:  # NaN: the exact test may or may not count it; the replay decides
-            return True
+        # nonfinite: a sum keeps any NaN/Inf of the values (-Inf too, which a max would hide)
+        reduce = torch.sum if kind == "nonfinite" else torch.amin if below else torch.amax
+        if len(done) <= 8 and done[0].device.type == "cpu":  # a few CPU numbers: read, not reduced
+            extremes = []
+            for value in done:  # (0-d values, or the vectors of norms)
+                extremes.append(float(value) if value.dim() == 0 else float(reduce(value)))
+        else:
+            try:  # one reduction on the device, one transfer (float: the exact value, compared in float64)
+                extremes = [float(reduce(torch.cat([v.reshape(-1) for v in done])))]
+            except RuntimeError:  # values on several devices
+                extremes = [float(reduce(v)) for v in done]
         if kind == "nonfinite":
-            return not math.isfinite(extreme)
+            total = 0.0
+            for value in extremes:
+                total += value  # NaN and Inf carry through the sum (and -Inf + Inf is NaN)
+            return not math.isfinite(total)
+        for value in extremes:
+            if value != value:  # NaN: the exact test may or may not count it; the replay decides
+                return True
+        extreme = min(extremes) if below else max(extremes)
         threshold = self.condition.threshold or 0.0
         if kind == "absmax_above":
             return extreme > threshold
         margin = abs(threshold) * NORM_MARGIN
         return extreme < threshold + margin if below else extreme > threshold - margin
+
+    def clear(self) -> None:
+        self.refs, self.bytes, self.done, self.flag = [], 0, [], False
 
 
 class _Track:
@@ -212,14 +252,11 @@ class _Track:
         self.forward_phases = tuple(p for p in phases if p in ("forward_pre", "forward")
                                     and condition.applies_to(p))
         self.backward = "backward" in phases and condition.applies_to("backward")
+        self.nonfinite = condition.kind == "nonfinite"
         self.forward = _Values(condition, "forward", recorder)
         self.backward_values = _Values(condition, "backward", recorder)
         self.leaves = LeafHooks()
         """Gradient hooks this step placed on leaf tensors (a model input that requires grad)."""
-
-    @property
-    def nonfinite(self) -> bool:
-        return self.bp.spec.condition.kind == "nonfinite"
 
 
 def _take(values: _Values, value: Any) -> None:
@@ -251,7 +288,7 @@ class _LayerHooks:
 
     def install(self) -> list[Any]:
         handles = []
-        if self.pre_values or self.track.backward:
+        if self.pre_values or self.hook_inputs:
             handles.append(self.module.register_forward_pre_hook(self._pre))
         if self.post_values or self.track.backward:
             handles.append(self.module.register_forward_hook(self._post))
@@ -281,9 +318,17 @@ class _LayerHooks:
                 grad = self.track.backward_values.grad
                 for arg in args:
                     if type(arg) is torch.Tensor and arg.requires_grad:
-                        handle = hook_gradient(arg, grad)
-                        if handle is not None:  # a leaf: removed at the step's end
-                            self.track.leaves.keep(handle)
+                        # leaf_hooks.hook_gradient's activation case written out (one traced call less
+                        # per layer): the hook in the tensor's hook dict, the dict registered once
+                        grad_fn = arg.grad_fn
+                        if grad_fn is not None:
+                            hooks = arg._backward_hooks
+                            if hooks is None:
+                                hooks = arg._backward_hooks = OrderedDict()
+                                grad_fn._register_hook_dict(arg)
+                            hooks[grad] = grad
+                        else:  # a leaf: its hook is removed at the step's end
+                            self.track.leaves.register(arg, grad)
         except Exception as exc:  # noqa: BLE001 - never into the user's forward
             self.owner.failed(self.track.bp, self.name, exc)
 
@@ -315,10 +360,15 @@ class _LayerHooks:
             if self.hook_outputs and recorder.hook_grads and torch.is_grad_enabled():
                 values = self.track.backward_values
                 if type(output) is torch.Tensor:
-                    if output.requires_grad:
-                        handle = hook_gradient(output, values.grad)
-                        if handle is not None:
-                            self.track.leaves.keep(handle)
+                    grad_fn = output.grad_fn
+                    if grad_fn is not None:  # as in _pre
+                        hooks = output._backward_hooks
+                        if hooks is None:
+                            hooks = output._backward_hooks = OrderedDict()
+                            grad_fn._register_hook_dict(output)
+                        hooks[values.grad] = values.grad
+                    elif output.requires_grad:
+                        self.track.leaves.register(output, values.grad)
                 else:
                     self._hook_outputs(values, output)
         except Exception as exc:  # noqa: BLE001 - never into the user's forward
@@ -335,7 +385,7 @@ class _LayerHooks:
     # -- calls outside the root's forward: the exact path, inline --------------
 
     def _outside_pre(self, module: nn.Module, args: tuple) -> None:
-        if self.track.backward:
+        if self.hook_inputs:
             if self.tap is None:
                 self.tap = self.owner.make_tap(self.track.bp, self.model_id, self.name, module)
             self.tap._pre(module, args)
@@ -344,6 +394,13 @@ class _LayerHooks:
                              args, None)
 
     def _outside_post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if self.track.backward and not self.hook_inputs:
+            # No pre-hook (a gradient-norm condition looks at grad_output only): the tap hooks the
+            # inputs now, which differs from GradTap's grad_input only for a layer that changed its
+            # input in place, and only in the stop's locals.
+            if self.tap is None:
+                self.tap = self.owner.make_tap(self.track.bp, self.model_id, self.name, module)
+            self.tap._pre(module, args)
         if self.tap is not None:
             self.tap._post(module, args, output)
         if self.post_values:
@@ -370,6 +427,8 @@ class _Recorder:
         """Root calls since the last end-of-backward check, oldest first."""
         self._spare: list[CallSnapshot] = []
         self.leaves = LeafHooks()
+        self.backward = False
+        """Some breakpoint watches the backward phase (kept up to date by ``DeferredValues.add``)."""
         STRUCTURE.acquire()
         # First among the root's pre-hooks and (see last_post) last among its forward hooks, so that
         # a watched root's own layer hooks run inside the recorded call.
@@ -403,7 +462,10 @@ class _Recorder:
         self.calls, self._spare, self.tracks = [], [], []
         return count
 
+
     # -- steady state ------------------------------------------------------
+    # These run once per step, so loops replace comprehensions and small helpers are written out:
+    # under a debugger each Python call is traced (~2.5 µs here).
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
         if REPLAY.depth or self.open:
@@ -411,16 +473,11 @@ class _Recorder:
         try:
             calls = self.calls
             if len(calls) >= MAX_PENDING_CALLS:
-                old = calls.pop(0)
-                old.release()
-                self._spare.append(old)
+                self._spare.append(_released(calls.pop(0)))
             call = self._spare.pop() if self._spare else CallSnapshot()
             tensors = self.tensors
             call.take(args, kwargs, tensors.buffers() if tensors.bufferless_at != tensors.structure.generation else ())
             calls.append(call)
-            for track in self.tracks:
-                if track.forward_phases:
-                    track.forward.reset()
             self.open = True
         except Exception as exc:  # noqa: BLE001
             self.owner.failed(None, "", exc)
@@ -433,42 +490,34 @@ class _Recorder:
             return
         call = self.calls[-1]
         try:
-            hits = [t for t in self.tracks if t.forward_phases and t.forward.may_hit()]
+            hits = None
             for track in self.tracks:
-                track.forward.reset()
+                if track.forward_phases and track.forward.verdict():
+                    hits = (hits or []) + [track]
             if hits:
                 self._replay_forward(call, hits)
-            if call.grad_enabled and any(t.backward for t in self.tracks):
-                self._hook_root_outputs(call, output)
-            else:
-                self._drop(call)
+            if call.grad_enabled and self.backward:
+                grads = call.root_grads
+                for tensor in ([output] if type(output) is torch.Tensor else tensors_in(output)):
+                    if tensor.requires_grad:
+                        grads.append(None)
+                        handle = hook_gradient(tensor, partial(self._root_grad, call, len(grads) - 1))
+                        if handle is not None:  # the model returned a leaf: removed at the step's end
+                            self.leaves.keep(handle)
+            elif self.calls[-1] is call:  # no backward will replay it
+                self._spare.append(_released(self.calls.pop()))
         except BreakpointHit:
             raise  # the user chose 'raise'
         except Exception as exc:
             self.owner.failed(None, "", exc)
-
-    def _drop(self, call: CallSnapshot) -> None:
-        if self.calls and self.calls[-1] is call:
-            self.calls.pop()
-            call.release()
-            self._spare.append(call)
-
-    def _hook_root_outputs(self, call: CallSnapshot, output: Any) -> None:
-        grads = call.root_grads
-        for tensor in ([output] if type(output) is torch.Tensor else tensors_in(output)):
-            if tensor.requires_grad:
-                j = len(grads)
-                grads.append(None)
-                handle = hook_gradient(tensor, partial(self._root_grad, call, j))
-                if handle is not None:
-                    self.leaves.keep(handle)
 
     def _root_grad(self, call: CallSnapshot, j: int, grad: torch.Tensor) -> None:
         if REPLAY.depth or j >= len(call.root_grads):
             return  # a replay's, or a call released since
         call.root_grads[j] = grad
         if not self.queued:
-            self.queue()
+            self.queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
 
     def queue(self) -> None:
         self.queued = True
@@ -479,17 +528,20 @@ class _Recorder:
         self.queued = False
         if self.replaying:
             return  # the replay's own backward: its values are read by the replay
+        calls, self.calls = self.calls, []
         try:
-            tracks = [t for t in self.tracks if t.backward]
-            hits = [t for t in tracks if t.backward_values.may_hit()]
+            hits = None
             for track in self.tracks:
-                track.backward_values.reset()
-                track.leaves.remove_all()
-            self.leaves.remove_all()
-            calls = [c for c in self.calls if any(g is not None for g in c.root_grads)]
+                if track.backward and track.backward_values.verdict():
+                    hits = (hits or []) + [track]
+                if track.leaves.handles:
+                    track.leaves.remove_all()
+            if self.leaves.handles:
+                self.leaves.remove_all()
             if hits:
-                if calls:
-                    self._replay_backward(calls, hits)
+                replayable = [c for c in calls if any(g is not None for g in c.root_grads)]
+                if replayable:
+                    self._replay_backward(replayable, hits)
                 else:
                     self._not_replayed(hits, "the loss did not flow through the model's output, so the step "
                                        "cannot be replayed")
@@ -498,10 +550,8 @@ class _Recorder:
         except Exception as exc:
             self.owner.failed(None, "", exc)
         finally:
-            for call in self.calls:
-                call.release()
-            self._spare.extend(self.calls)
-            self.calls = []
+            for call in calls:
+                self._spare.append(_released(call))
 
     # -- replays -------------------------------------------------------------
 
@@ -517,9 +567,9 @@ class _Recorder:
         finally:
             self.hook_grads = True
         if _hits(tracks) == hits_before:
-            self._check_reproduced([t for t in tracks if not t.forward.may_hit()], "forward")
+            self._check_reproduced([t for t in tracks if not t.forward.verdict()], "forward")
         for track in self.tracks:
-            track.forward.reset()
+            track.forward.clear()
 
     def _replay_backward(self, calls: list[CallSnapshot], tracks: list[_Track]) -> None:
         hits_before = _hits(tracks)
@@ -543,13 +593,13 @@ class _Recorder:
                             grads.append(grad)
                 if outs:
                     torch.autograd.backward(outs, grads)
-                replayed = [t for t in tracks if t.backward_values.may_hit()]
+                replayed = [t for t in tracks if t.backward_values.verdict()]
         finally:
             for p, g in zip(params, saved):
                 p.grad = g
             for track in self.tracks:
-                track.forward.reset()
-                track.backward_values.reset()
+                track.forward.clear()
+                track.backward_values.clear()
                 track.leaves.remove_all()
         if _hits(tracks) == hits_before:
             self._check_reproduced([t for t in tracks if t not in replayed], "backward")
@@ -572,6 +622,11 @@ class _Recorder:
                               f"{DEFER_MIN_LAYERS} layers for the exact per-call check", "deferredNotReplayed")
 
 
+def _released(call: CallSnapshot) -> CallSnapshot:
+    call.release()
+    return call
+
+
 class _Replay:
     """The replay's frame: state kept, Hookscope's other hooks quiet, the breakpoints' exact hooks on."""
 
@@ -588,8 +643,8 @@ class _Replay:
         REPLAY.depth += 1
         recorder.replaying = recorder.open = True
         for track in recorder.tracks:
-            track.forward.reset()
-            track.backward_values.reset()
+            track.forward.clear()
+            track.backward_values.clear()
         try:
             owner = recorder.owner
             for track in self.tracks:
@@ -679,6 +734,7 @@ class DeferredValues:
             recorder = self.recorders[model_id] = _Recorder(model_id, root, self)
         track = _Track(bp, phases, recorder)
         recorder.tracks.append(track)
+        recorder.backward = recorder.backward or track.backward
         for name, module in layers:
             bp.handles.extend(_LayerHooks(track, model_id, name, module, self).install())
         bp.closers.append(track.leaves.remove_all)
