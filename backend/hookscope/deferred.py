@@ -102,21 +102,43 @@ def deferrable(condition: Condition, hit_count: int | None, every: int | None, l
 
 
 class _Values:
-    """The tensors one breakpoint looks at in one phase of a step, and their values once computed."""
+    """The tensors one breakpoint looks at in one phase of a step, and their values once computed.
 
-    __slots__ = ("refs", "bytes", "done", "flag", "condition", "kind", "phase", "recorder")
+    A reference is kept with the tensor's version: a tensor changed in place before its value is
+    computed (an ``nn.ReLU(inplace=True)`` after the watched layer) no longer holds the value the
+    call produced, so the step counts as a possible hit (the replay decides) and the layer that
+    recorded it computes its value at once from then on (``_LayerHooks.at_once``).
+    """
+
+    __slots__ = ("refs", "versions", "owners", "bytes", "scalars", "lows", "vectors", "flag", "uncertain",
+                 "doubtful", "condition", "kind", "phase", "recorder")
 
     def __init__(self, condition: Condition, phase: str, recorder: "_Recorder") -> None:
         self.condition = condition
         self.kind = condition.kind
         self.phase = phase
         self.recorder = recorder
+        self.doubtful = False
+        """The last verdict was a possible hit only because a tensor changed in place (no notice if the
+        replay finds nothing)."""
+        self.clear()
+
+    def clear(self) -> None:
         self.refs: list[torch.Tensor] = []
+        self.versions: list[int] = []
+        self.owners: list[Any] = []
+        """The ``_LayerHooks`` that recorded each reference (None: a gradient hook)."""
         self.bytes = 0
-        self.done: list[torch.Tensor] = []
-        """Computed values: larger is worse (abs-max, a norm above), smaller (a norm below), or sums (NaN/Inf)."""
+        self.scalars: list[torch.Tensor] = []
+        """0-d values: abs-max highs (larger is worse), NaN/Inf sums."""
+        self.lows: list[torch.Tensor] = []
+        """0-d lows of abs-max (the negated smallest value is an abs-max too)."""
+        self.vectors: list[torch.Tensor] = []
+        """Values of a whole flush: norms (larger or, for 'below', smaller is worse), GPU inf-norms."""
         self.flag = False
         """A tensor decided at once (an unusual kind) may hit."""
+        self.uncertain = False
+        """A referenced tensor changed in place before its value was computed."""
 
     def odd(self, tensor: Any) -> None:
         """A tensor the fused reduction does not take: the exact path's own test decides now."""
@@ -125,6 +147,22 @@ class _Values:
         if not self.condition.rejects(phase, produced, received):
             self.flag = True
 
+    def now(self, tensor: torch.Tensor) -> None:
+        """The value of a tensor that may change in place before the flush (abs-max, NaN/Inf), computed now."""
+        enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            if self.kind == "nonfinite":
+                self.scalars.append(tensor.sum(dtype=torch.float32))
+            else:
+                low, high = torch.aminmax(tensor)
+                self.scalars.append(high)
+                self.lows.append(low)
+        except (RuntimeError, TypeError):
+            self.odd(tensor)
+        finally:
+            torch._C._set_grad_enabled(enabled)
+
     def grad(self, grad: torch.Tensor) -> None:
         """Tensor hook on an input or output of a watched call: keep the gradient's reference."""
         recorder = self.recorder
@@ -132,6 +170,8 @@ class _Values:
             return
         if grad.is_floating_point() and grad.layout is _STRIDED and grad.numel():
             self.refs.append(grad)
+            self.versions.append(grad._version)
+            self.owners.append(None)
             self.bytes += grad.nbytes
             if self.bytes > FLUSH_BYTES or len(self.refs) >= FLUSH_COUNT:
                 self.flush()
@@ -162,22 +202,34 @@ class _Values:
         CPU it is not vectorised (20x a sum on a conv activation), so there the small tensors go
         through one flattened copy (a kernel costs ~1 µs however small its tensor) and each large
         one through ``aminmax`` (abs-max: vectorised, as the exact test's) or a sum (NaN/Inf: it keeps
-        any NaN/Inf; finite values that overflow it only cost a replay).
+        any NaN/Inf; finite values that overflow it only cost a replay). A tensor referenced twice
+        (a container's output is its last child's) is reduced once.
         """
-        refs = self.refs
-        self.refs, self.bytes = [], 0
+        refs, versions, owners = self.refs, self.versions, self.owners
+        self.refs, self.versions, self.owners, self.bytes = [], [], [], 0
+        current, seen = [], set()
+        for i, tensor in enumerate(refs):  # loops, not comprehensions: one frame less each under a debugger
+            if tensor._version != versions[i]:
+                self.uncertain = True
+                if owners[i] is not None:
+                    owners[i].at_once = True
+            elif id(tensor) not in seen:
+                seen.add(id(tensor))
+                current.append(tensor)
+        if not current:
+            return
         enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
             kind = self.kind
             if kind == "grad_norm_above" or kind == "grad_norm_below":
-                self.done.append(torch.stack(torch._foreach_norm(refs, 2.0, dtype=torch.float32)))
+                self.vectors.append(torch.stack(torch._foreach_norm(current, 2.0, dtype=torch.float32)))
                 return
-            if refs[0].device.type != "cpu":
-                self.done.append(torch.stack(torch._foreach_norm(refs, _INF)))
+            if current[0].device.type != "cpu":
+                self.vectors.append(torch.stack(torch._foreach_norm(current, _INF)))
                 return
             large, small = [], []
-            for tensor in refs:  # loops, not comprehensions: one frame less each under a debugger
+            for tensor in current:
                 (small if tensor.numel() <= FLATTEN_MAX_NUMEL else large).append(tensor)
             if len(small) > 1:
                 try:
@@ -186,16 +238,15 @@ class _Values:
                     large.extend(small)
             else:
                 large.extend(small)
-            done = self.done
             for tensor in large:
                 if kind == "nonfinite":
-                    done.append(tensor.sum(dtype=torch.float32))
+                    self.scalars.append(tensor.sum(dtype=torch.float32))
                 else:
                     low, high = torch.aminmax(tensor)
-                    done.append(high)
-                    done.append(low.neg_())
+                    self.scalars.append(high)
+                    self.lows.append(low)
         except (RuntimeError, TypeError):  # mixed devices or dtypes, float64 with a float32 norm: one at a time
-            for tensor in refs:
+            for tensor in current:
                 self.odd(tensor)
         finally:
             torch._C._set_grad_enabled(enabled)
@@ -204,25 +255,32 @@ class _Values:
         """Whether some call of the step may satisfy the condition (one host sync); then starts afresh."""
         if self.refs:
             self.flush()
-        done, flag = self.done, self.flag
-        self.done, self.flag = [], False
-        if flag:
-            return True
-        if not done:
-            return False
+        scalars, lows, vectors, flag, uncertain = self.scalars, self.lows, self.vectors, self.flag, self.uncertain
+        self.scalars, self.lows, self.vectors, self.flag, self.uncertain = [], [], [], False, False
+        hit = flag or self._decide(scalars, lows, vectors)
+        self.doubtful = uncertain and not hit
+        return hit or uncertain
+
+    def _decide(self, scalars: list[torch.Tensor], lows: list[torch.Tensor], vectors: list[torch.Tensor]) -> bool:
         kind = self.kind
         below = kind == "grad_norm_below"
         # nonfinite: a sum keeps any NaN/Inf of the values (-Inf too, which a max would hide)
         reduce = torch.sum if kind == "nonfinite" else torch.amin if below else torch.amax
-        if len(done) <= 8 and done[0].device.type == "cpu":  # a few CPU numbers: read, not reduced
-            extremes = []
-            for value in done:  # (0-d values, or the vectors of norms)
-                extremes.append(float(value) if value.dim() == 0 else float(reduce(value)))
-        else:
-            try:  # one reduction on the device, one transfer (float: the exact value, compared in float64)
-                extremes = [float(reduce(torch.cat([v.reshape(-1) for v in done])))]
-            except RuntimeError:  # values on several devices
-                extremes = [float(reduce(v)) for v in done]
+        extremes = []  # each read as a Python float: the exact value, compared in float64
+        try:
+            if scalars:
+                extremes.append(float(reduce(torch.stack(scalars))) if len(scalars) > 1 else float(scalars[0]))
+            if lows:
+                extremes.append(-float(torch.amin(torch.stack(lows))) if len(lows) > 1 else -float(lows[0]))
+        except RuntimeError:  # values on several devices
+            for value in scalars:
+                extremes.append(float(value))
+            for value in lows:
+                extremes.append(-float(value))
+        for vector in vectors:
+            extremes.append(float(reduce(vector)))
+        if not extremes:
+            return False
         if kind == "nonfinite":
             total = 0.0
             for value in extremes:
@@ -237,9 +295,6 @@ class _Values:
             return extreme > threshold
         margin = abs(threshold) * NORM_MARGIN
         return extreme < threshold + margin if below else extreme > threshold - margin
-
-    def clear(self) -> None:
-        self.refs, self.bytes, self.done, self.flag = [], 0, [], False
 
 
 class _Track:
@@ -259,12 +314,17 @@ class _Track:
         """Gradient hooks this step placed on leaf tensors (a model input that requires grad)."""
 
 
-def _take(values: _Values, value: Any) -> None:
+def _take(values: _Values, value: Any, owner: "_LayerHooks") -> None:
     """The tensors of a value that is not one floating tensor (a tuple, an integer or empty tensor)."""
     for tensor in tensors_in(value):
         if tensor.is_floating_point() and tensor.layout is _STRIDED and tensor.numel():
-            values.refs.append(tensor)
-            values.bytes += tensor.nbytes
+            if owner.at_once:
+                values.now(tensor)
+            else:
+                values.refs.append(tensor)
+                values.versions.append(tensor._version)
+                values.owners.append(owner)
+                values.bytes += tensor.nbytes
         else:
             values.odd(tensor)
 
@@ -283,6 +343,8 @@ class _LayerHooks:
         self.post_values = "forward" in track.forward_phases
         self.hook_inputs = track.backward and kind in ("absmax_above", "nonfinite")  # grad_input
         self.hook_outputs = track.backward and kind != "absmax_above"  # grad_output
+        self.at_once = False
+        """Something changed a tensor this layer recorded before its value was computed: compute now."""
         self.tap: GradTap | None = None
         """The exact backward path for calls made outside the root's forward (made at the first)."""
 
@@ -307,11 +369,14 @@ class _LayerHooks:
             if self.pre_values:
                 values = self.track.forward
                 for arg in args:
-                    if type(arg) is torch.Tensor and arg.is_floating_point() and arg.layout is _STRIDED and arg.numel():
+                    if (type(arg) is torch.Tensor and arg.is_floating_point() and arg.layout is _STRIDED and arg.numel()
+                            and not self.at_once):
                         values.refs.append(arg)
+                        values.versions.append(arg._version)
+                        values.owners.append(self)
                         values.bytes += arg.nbytes
                     elif isinstance(arg, (torch.Tensor, tuple, list, dict)):
-                        _take(values, arg)
+                        _take(values, arg, self)
                 if values.bytes > FLUSH_BYTES or len(values.refs) >= FLUSH_COUNT:
                     values.flush()
             if self.hook_inputs and recorder.hook_grads and torch.is_grad_enabled():
@@ -343,18 +408,17 @@ class _LayerHooks:
             if self.post_values:
                 values = self.track.forward
                 if (type(output) is torch.Tensor and output.is_floating_point() and output.layout is _STRIDED
-                        and output.numel()):
+                        and output.numel() and not self.at_once):
                     values.refs.append(output)
+                    values.versions.append(output._version)
+                    values.owners.append(self)
                     values.bytes += output.nbytes
                 else:
-                    _take(values, output)
+                    _take(values, output, self)
                 if self.track.nonfinite:  # the exact test looks at the inputs too
                     for arg in args:
-                        if type(arg) is torch.Tensor and arg.is_floating_point() and arg.layout is _STRIDED and arg.numel():
-                            values.refs.append(arg)
-                            values.bytes += arg.nbytes
-                        elif isinstance(arg, (torch.Tensor, tuple, list, dict)):
-                            _take(values, arg)
+                        if isinstance(arg, (torch.Tensor, tuple, list, dict)):
+                            _take(values, arg, self)  # (a call more: NaN/Inf is break on NaN/Inf's job)
                 if values.bytes > FLUSH_BYTES or len(values.refs) >= FLUSH_COUNT:
                     values.flush()
             if self.hook_outputs and recorder.hook_grads and torch.is_grad_enabled():
@@ -557,6 +621,7 @@ class _Recorder:
 
     def _replay_forward(self, call: CallSnapshot, tracks: list[_Track]) -> None:
         hits_before = _hits(tracks)
+        sure = [t for t in tracks if not t.forward.doubtful]
         buffers = self.tensors.buffers()
         self.hook_grads = False
         try:
@@ -567,12 +632,13 @@ class _Recorder:
         finally:
             self.hook_grads = True
         if _hits(tracks) == hits_before:
-            self._check_reproduced([t for t in tracks if not t.forward.verdict()], "forward")
+            self._check_reproduced([t for t in sure if not t.forward.verdict()], "forward")
         for track in self.tracks:
             track.forward.clear()
 
     def _replay_backward(self, calls: list[CallSnapshot], tracks: list[_Track]) -> None:
         hits_before = _hits(tracks)
+        sure = [t for t in tracks if not t.backward_values.doubtful]
         params = self.tensors.parameters()
         saved = [p.grad for p in params]
         for p in params:
@@ -602,7 +668,7 @@ class _Recorder:
                 track.backward_values.clear()
                 track.leaves.remove_all()
         if _hits(tracks) == hits_before:
-            self._check_reproduced([t for t in tracks if t not in replayed], "backward")
+            self._check_reproduced([t for t in sure if t not in replayed], "backward")
 
     def _replaying(self, tracks: list[_Track], phases: tuple[str, ...], buffers: list[torch.Tensor],
                    cuda: bool) -> ContextManager[None]:
