@@ -7,7 +7,8 @@ into the copy, and a deep copy would go on running Hookscope's hooks, which nobo
 
 ``install()`` wraps ``nn.Module.__getstate__`` (the state both ``deepcopy`` and ``pickle``
 take) so the state leaves out every hook defined in the ``hookscope`` package, with the
-flags PyTorch keeps beside them. The user's own hooks are copied exactly as PyTorch copies
+flags PyTorch keeps beside them, and a ``forward`` Hookscope set on the module (deferred.py
+wraps a watched layer's forward). The user's own hooks are copied exactly as PyTorch copies
 them, and the original module is never modified. Hooks are recognised by where their code
 lives, so no registration path can forget to mark one.
 """
@@ -56,6 +57,14 @@ def without_hookscope_hooks(state: dict[str, Any]) -> dict[str, Any]:
             flags = state.get(flags_name)
             if flags:
                 state[flags_name] = type(flags)((k, v) for k, v in flags.items() if k not in ours)
+    forward = state.get("forward")
+    if forward is not None and is_hookscope_hook(forward):  # a deferred breakpoint's wrapped forward
+        while forward is not None and is_hookscope_hook(forward):
+            forward = getattr(forward, "previous", None)  # what it wrapped, when that was set on the module
+        if forward is None:
+            del state["forward"]
+        else:
+            state["forward"] = forward
     if state.get("_is_full_backward_hook") and not state.get("_backward_hooks") \
             and not state.get("_backward_pre_hooks"):
         state["_is_full_backward_hook"] = None  # only Hookscope's full backward hooks were there

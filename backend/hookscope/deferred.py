@@ -65,8 +65,10 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 import torch
 from torch import nn
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from hookscope.conditions import REPLAY, Condition, HookEvent
+from hookscope.copy_safety import is_hookscope_hook
 from hookscope.leaf_hooks import LeafHooks, hook_gradient
 from hookscope.module_tensors import FLATTEN_MAX_NUMEL, STRUCTURE, ModuleTensors
 from hookscope.step_snapshot import CallSnapshot, state_kept
@@ -347,14 +349,96 @@ class _LayerHooks:
         """Something changed a tensor this layer recorded before its value was computed: compute now."""
         self.tap: GradTap | None = None
         """The exact backward path for calls made outside the root's forward (made at the first)."""
+        self.wrapping = False
+        self.previous: Any = None
+        self.inner: Any = None
 
     def install(self) -> list[Any]:
+        if may_wrap(self.module):
+            return [self._wrap()]
         handles = []
         if self.pre_values or self.hook_inputs:
             handles.append(self.module.register_forward_pre_hook(self._pre))
         if self.post_values or self.track.backward:
             handles.append(self.module.register_forward_hook(self._post))
         return handles
+
+    # -- the layer's forward, wrapped (see ``may_wrap``) -----------------------
+
+    def _wrap(self) -> "_Unwrap":
+        module = self.module
+        self.previous = module.__dict__.get("forward")
+        """An instance-level forward that was there (another tool's, or another breakpoint's wrapper)."""
+        self.inner = module.forward
+        self.__wrapped__ = self.inner  # inspect.signature(module.forward) still shows the layer's own
+        self.wrapping = True
+        module.__dict__["forward"] = self
+        return _Unwrap(self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The layer's forward while wrapped: what ``_pre`` and ``_post`` do, around it.
+
+        Their usual case (tensor inputs, one floating output) is written out here: this is the
+        one traced call per layer per step; anything else goes through them.
+        """
+        recorder = self.track.recorder
+        if (not self.wrapping or not recorder.open or self.at_once or self.pre_values or self.track.nonfinite
+                or (REPLAY.depth and not recorder.replaying) or torch._C._get_tracing_state()):
+            if not self.wrapping or torch._C._get_tracing_state():
+                return self.inner(*args, **kwargs)
+            module = self.module
+            if self.pre_values or self.hook_inputs:
+                self._pre(module, args)
+            output = self.inner(*args, **kwargs)
+            self._post(module, args, output)
+            return output
+        track = self.track
+        try:
+            if self.hook_inputs and recorder.hook_grads and torch.is_grad_enabled():
+                grad = track.backward_values.grad
+                for arg in args:
+                    if type(arg) is torch.Tensor and arg.requires_grad:
+                        grad_fn = arg.grad_fn  # as in _pre
+                        if grad_fn is not None:
+                            hooks = arg._backward_hooks
+                            if hooks is None:
+                                hooks = arg._backward_hooks = OrderedDict()
+                                grad_fn._register_hook_dict(arg)
+                            hooks[grad] = grad
+                        else:
+                            track.leaves.register(arg, grad)
+        except Exception as exc:  # noqa: BLE001 - never into the user's forward
+            self.owner.failed(track.bp, self.name, exc)
+        output = self.inner(*args, **kwargs)
+        if type(output) is not torch.Tensor or not output.is_floating_point() or output.layout is not _STRIDED:
+            self._post(self.module, args, output)
+            return output
+        try:
+            if self.post_values and output.numel():
+                values = track.forward
+                values.refs.append(output)
+                values.versions.append(output._version)
+                values.owners.append(self)
+                values.bytes += output.nbytes
+                if values.bytes > FLUSH_BYTES or len(values.refs) >= FLUSH_COUNT:
+                    values.flush()
+            elif self.post_values:
+                values = track.forward
+                values.odd(output)
+            if self.hook_outputs and recorder.hook_grads:
+                grad_fn = output.grad_fn  # as in _pre
+                if grad_fn is not None:
+                    grad = track.backward_values.grad
+                    hooks = output._backward_hooks
+                    if hooks is None:
+                        hooks = output._backward_hooks = OrderedDict()
+                        grad_fn._register_hook_dict(output)
+                    hooks[grad] = grad
+                elif output.requires_grad:
+                    track.leaves.register(output, track.backward_values.grad)
+        except Exception as exc:  # noqa: BLE001 - never into the user's forward
+            self.owner.failed(track.bp, self.name, exc)
+        return output
 
     # Both hooks run in every call of every watched layer: attribute reads and C calls, inline.
 
@@ -470,6 +554,48 @@ class _LayerHooks:
         if self.post_values:
             self.owner.exact(self.track.bp, HookEvent(self.model_id, self.name, module, "forward", inputs=args,
                                                       output=output), output, args)
+
+
+class _Unwrap:
+    """The handle of a wrapped forward: ``remove()`` puts back what was there."""
+
+    def __init__(self, hooks: _LayerHooks) -> None:
+        self._hooks = hooks
+
+    def remove(self) -> None:
+        hooks = self._hooks
+        hooks.wrapping = False
+        module = hooks.module
+        if module.__dict__.get("forward") is not hooks:
+            return  # something wrapped it since: it stays there as a plain pass-through
+        previous = hooks.previous
+        while isinstance(previous, _LayerHooks) and not previous.wrapping:
+            previous = previous.previous  # a wrapper under this one was removed first: skip it too
+        if previous is None:
+            del module.__dict__["forward"]
+        else:
+            module.__dict__["forward"] = previous
+
+
+def may_wrap(module: nn.Module) -> bool:
+    """Whether the deferred path may record a layer by wrapping its ``forward`` instead of hooking it.
+
+    A module with any hook takes torch's slow call path: three traced calls more per layer under a
+    debugger (``inner``, ``is_compiling``, ``is_scripting``) on top of the hooks themselves, most of
+    what watching a stack of small layers costs. An instance-level ``forward`` is called by the fast
+    path; it is Hookscope's own (left out of copies and pickles by copy_safety, removed with the
+    breakpoint, signature kept through ``__wrapped__``). Not when the layer already has someone
+    else's forward or forward-pre hooks (they may replace its inputs or output: the values the
+    exact test sees), or runs compiled (dynamo would trace the wrapper).
+    """
+    if getattr(module, "_compiled_call_impl", None) is not None or type(module).__name__ == "OptimizedModule":
+        return False
+    for hooks in (module._forward_hooks, module._forward_pre_hooks, _global_forward_hooks,
+                  _global_forward_pre_hooks):
+        for hook in hooks.values():
+            if not is_hookscope_hook(hook):
+                return False
+    return True
 
 
 class _Recorder:

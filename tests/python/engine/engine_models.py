@@ -124,6 +124,8 @@ def hooks_left(model: nn.Module) -> list[str]:
                      "_state_dict_hooks", "_load_state_dict_pre_hooks"):
             if getattr(m, attr, None):
                 left.append(f"{name or '<root>'}.{attr}")
+        if "forward" in vars(m):
+            left.append(f"{name or '<root>'}.forward (an instance attribute)")
     for name, p in model.named_parameters():
         if getattr(p, "_post_accumulate_grad_hooks", None):
             left.append(f"{name}._post_accumulate_grad_hooks")
