@@ -892,8 +892,9 @@ class Engine:
             handle = self._root_handles.get(model_id)
             if wanted and handle is None:
                 assert index.model is not None
+                # prepend: the step is counted before any breakpoint's pre-hook on the root reads it
                 self._root_handles[model_id] = index.model.register_forward_pre_hook(
-                    self._root_pre(model_id), with_kwargs=True)
+                    self._root_pre(model_id), with_kwargs=True, prepend=True)
             elif not wanted and handle is not None:
                 handle.remove()
                 del self._root_handles[model_id]

@@ -1,0 +1,249 @@
+"""Value conditions on many layers, checked once per step (deferred.py), against the exact per-call path.
+
+The deferred path must stop in the same layer, call and phase, with the same reason, as the exact
+path would, never miss a hit, and leave no hook, whatever the model and threshold.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from engine_models import hooks_left
+from hookscope import deferred
+from hookscope.engine import Engine
+
+EXACT = 10**9
+"""DEFER_MIN_LAYERS that keeps every breakpoint on the exact path."""
+
+
+class Residual(nn.Module):
+    """A block with an in-place ReLU after its inner layer (values change after the layer ran)."""
+
+    def __init__(self, width: int, inplace: bool) -> None:
+        super().__init__()
+        self.inner = nn.Linear(width, width)
+        self.act = nn.ReLU(inplace=inplace)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.act(self.inner(x))
+
+
+class TwoOut(nn.Module):
+    """Returns a tuple: a layer with several outputs (and an integer one)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.a = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        y = self.a(x)
+        return y, y * 2.0, y.argmax(dim=-1)
+
+
+class Picks(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.two = TwoOut(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, z, _ = self.two(x)
+        return y - z * 0.25
+
+
+def layer(kind: str, width: int) -> nn.Module:
+    return {"linear": lambda: nn.Linear(width, width), "tanh": nn.Tanh, "relu": lambda: nn.Sequential(nn.Linear(width, width), nn.ReLU(inplace=True)),
+            "norm": lambda: nn.LayerNorm(width), "drop": lambda: nn.Dropout(0.3),
+            "res": lambda: Residual(width, True), "res2": lambda: Residual(width, False),
+            "picks": lambda: Picks(width), "seq": lambda: nn.Sequential(nn.Linear(width, width), nn.Tanh()),
+            "scale": lambda: _Scale()}[kind]()
+
+
+class _Scale(nn.Module):
+    """Multiplies by a large factor: abs-max and gradient norms spread over orders of magnitude."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 7.0
+
+
+KINDS = ["linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "seq", "scale"]
+
+conditions = st.sampled_from([
+    ("absmax_above", ["forward"]), ("absmax_above", ["forward", "backward"]), ("absmax_above", ["backward"]),
+    ("grad_norm_above", ["backward"]), ("grad_norm_below", ["backward"]),
+    ("nonfinite", ["forward_pre", "forward", "backward"]),
+])
+
+
+def build(kinds: list[str], seed: int, width: int = 6) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, width), *[layer(k, width) for k in kinds], nn.Linear(width, 3))
+
+
+def run(model: nn.Module, cond: dict, phases: list[str], steps: int, seed: int,
+        plant_nan_at: int | None) -> tuple[list[tuple], list[dict]]:
+    """Train ``model`` a few steps with a breakpoint on every layer; (layer, phase, step, reason) of each hit."""
+    events: list[dict] = []
+    engine = Engine(events.append, shapes=False)
+    engine.add_model("m", model)
+    hits: list = []
+    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": phases, "condition": cond,
+                             "callback": hits.append}])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)  # dropout masks: the same in both runs
+    for step in range(steps):
+        x = torch.randn(5, 4, generator=generator) * 3
+        if step == plant_nan_at:
+            x[0, 0] = float("nan")
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), torch.zeros(5, 3))
+        loss.backward()
+        optimizer.step()
+    engine.shutdown()
+    assert hooks_left(model) == []
+    seen = [(h.layer, h.phase, h.step, h.reason) for h in hits]
+    return seen, [e for e in events if e.get("type") == "notice"]
+
+
+def threshold_for(kind: str, kinds: list[str], seed: int, quantile: float) -> float:
+    """A threshold among the values the exact test sees, so that some calls hit and some do not."""
+    model = build(kinds, seed)
+    values: list[float] = []
+    hooks = []
+    for module in model.modules():
+        if kind == "absmax_above":
+            hooks.append(module.register_forward_hook(
+                lambda m, a, o: values.extend(float(t.detach().abs().max()) for t in _floats(o))))
+        else:  # tensor hooks: a full backward hook forbids the in-place ReLU after a layer
+            def hook_grads(m: nn.Module, a: tuple, o: object) -> None:
+                for t in _floats(o):
+                    if t.requires_grad:
+                        t.register_hook(lambda g: values.append(float(g.norm())))
+            hooks.append(module.register_forward_hook(hook_grads))
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(seed)) * 3
+    nn.functional.mse_loss(model(x), torch.zeros(5, 3)).backward()
+    for hook in hooks:
+        hook.remove()
+    values.sort()
+    return values[min(int(quantile * len(values)), len(values) - 1)] if values else 1.0
+
+
+def _floats(value) -> list[torch.Tensor]:
+    tensors = [value] if isinstance(value, torch.Tensor) else [t for t in value if isinstance(t, torch.Tensor)]
+    return [t for t in tensors if t.is_floating_point() and t.numel()]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=5), condition=conditions,
+       quantile=st.floats(0.0, 1.0), seed=st.integers(0, 10_000), nan=st.sampled_from([None, 1]))
+def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, quantile, seed, nan):
+    kind, phases = condition
+    cond = {"kind": kind} if kind == "nonfinite" else {
+        "kind": kind, "threshold": threshold_for(kind, kinds, seed, quantile)}
+    plant = nan if kind == "nonfinite" else None
+    original = deferred.DEFER_MIN_LAYERS
+    try:
+        deferred.DEFER_MIN_LAYERS = EXACT
+        exact, _ = run(build(kinds, seed), cond, phases, 3, seed, plant)
+        deferred.DEFER_MIN_LAYERS = 1
+        deferred_hits, notices = run(build(kinds, seed), cond, phases, 3, seed, plant)
+    finally:
+        deferred.DEFER_MIN_LAYERS = original
+    assert deferred_hits == exact
+    assert not [n for n in notices if n.get("code") in ("deferredNotReplayed", "conditionError")]
+
+
+def test_a_hit_stops_in_the_replay_with_the_call_values_and_the_step_goes_on_unchanged():
+    torch.manual_seed(0)
+    model = build(["tanh", "linear", "drop", "res"], 0)
+    twin = copy.deepcopy(model)
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("m", model)
+    hits: list = []
+    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward", "backward"],
+                             "condition": {"kind": "absmax_above", "threshold": 0.0}, "callback": hits.append}])
+    assert engine._breakpoints.breakpoints[0].deferred == ("forward", "backward")
+    x = torch.randn(5, 4)
+    torch.manual_seed(1)
+    out = model(x)
+    out.sum().backward()
+    torch.manual_seed(1)
+    expected = twin(x)
+    expected.sum().backward()
+    assert torch.equal(out, expected)  # the replays put the RNG back: the step is the one without Hookscope
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(p.grad, q.grad)  # the replay's backward did not add to the gradients
+    forward = [h for h in hits if h.phase == "forward"]
+    backward = [h for h in hits if h.phase == "backward"]
+    assert [h.layer for h in forward][:3] == ["0", "1", "2"]
+    assert torch.equal(forward[0].output, twin[0](x))  # the stop's locals are the call's values
+    assert backward and all(h.grad_input is not None for h in backward)
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
+def test_copies_and_pickles_of_a_watched_model_carry_no_wrapper():
+    model = build(["tanh", "linear", "relu"], 0)
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("m", model)
+    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward"],
+                             "condition": {"kind": "absmax_above", "threshold": 1e30}}])
+    assert "forward" in vars(model[1])  # wrapped, not hooked
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert [h for h in hooks_left(clone) if not h.startswith("global")] == []  # (the engine's are global)
+        clone(torch.randn(2, 4))
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
+def test_a_layer_called_outside_its_model_is_checked_at_once():
+    model = build(["tanh", "linear", "tanh"], 0)
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("m", model)
+    hits: list = []
+    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward", "backward"],
+                             "condition": {"kind": "absmax_above", "threshold": 0.0}, "callback": hits.append}])
+    h = model[2](torch.randn(3, 6, requires_grad=True))  # no snapshot to replay: the exact test, inline
+    h.sum().backward()
+    assert [(x.layer, x.phase) for x in hits] == [("2", "forward"), ("2", "backward")]
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
+def test_a_user_hook_on_a_layer_keeps_it_hooked_not_wrapped():
+    model = build(["linear"], 0)
+    model[1].register_forward_hook(lambda m, a, o: o * 2)  # changes the output the exact test sees
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("m", model)
+    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward"],
+                             "condition": {"kind": "absmax_above", "threshold": 1e30}}])
+    assert "forward" not in vars(model[1]) and "forward" in vars(model[0])
+    engine.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["absmax_above", "nonfinite"])
+def test_a_value_changed_in_place_after_its_layer_is_still_caught(kind):
+    """A layer's output that an in-place op changes before the step's check: the deferred path must
+    not read the changed value (here the ReLU zeroes the large negative output that hits)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True), nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    with torch.no_grad():
+        model[0].bias.fill_(-1e6 if kind == "absmax_above" else float("-inf"))
+    cond = {"kind": kind, "threshold": 1e5} if kind == "absmax_above" else {"kind": kind}
+    for minimum in (EXACT, 1):
+        deferred.DEFER_MIN_LAYERS = minimum
+        try:
+            hits = run(copy.deepcopy(model), cond, ["forward"], 2, 0, None)[0]
+        finally:
+            deferred.DEFER_MIN_LAYERS = 4
+        assert hits[0][:3] == ("0", "forward", 0)
+        if minimum == EXACT:
+            exact = hits
+    assert hits == exact
