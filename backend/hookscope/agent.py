@@ -85,7 +85,8 @@ STRUCTURE_CHECK_S = 2.0
 STATS_INTERVAL_S = 2.0
 RECONNECT_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
-_DEFERRABLE = frozenset({"setBreakpoints", "setBreakOnNonFinite", "setCompiledEager", "watch"})
+_DEFERRABLE = frozenset({"setBreakpoints", "setBreakOnNonFinite", "setBreakOnGradients", "setCompiledEager",
+                         "watch"})
 """Requests that replace a whole setting: kept until the engine exists, then applied."""
 
 ESSENTIAL_TYPES = frozenset({"reply", "heartbeat", "hit", "resumed", "modelAdded", "modelRemoved", "notice", "stats"})
@@ -792,6 +793,8 @@ class Agent:
                                      for s in specs]}
             elif mtype in ("setBreakOnNonFinite", "setCompiledEager"):
                 body = {"enabled": message["enabled"]}
+            elif mtype == "setBreakOnGradients":
+                body = {k: message[k] for k in ("exploding", "vanishing") if message.get(k) is not None}
             else:
                 body = {"layers": list(message["layers"])}
             self.emit(protocol.reply(re, body))

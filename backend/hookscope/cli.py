@@ -53,6 +53,7 @@ examples:
   hookscope run --break 'layer*.conv1:backward if grad_norm>100' train.py --epochs 1
   hookscope run --break Conv2d:forward --stop-on-hit --json train.py
   hookscope run --break-on-nonfinite --report out/ train.py
+  hookscope run --break-on-exploding 100 --break-on-vanishing 1e-7 train.py
 
 exit status: the program's own, %d when --stop-on-hit ended the run at a hit,
 %d for bad arguments.
@@ -137,6 +138,16 @@ def _parse_condition(text: str, spec: str) -> dict[str, Any]:
     return {"kind": "expression", "expression": text}
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a positive number is needed")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hookscope", description="PyTorch layer breakpoints in the terminal.",
@@ -150,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a layer breakpoint (repeatable); syntax below")
     run.add_argument("--break-on-nonfinite", action="store_true",
                      help="pause at the first layer that produces NaN/Inf (forward or backward)")
+    run.add_argument("--break-on-exploding", type=_positive, metavar="X",
+                     help="pause when some parameter's gradient norm goes above X (checked once per step)")
+    run.add_argument("--break-on-vanishing", type=_positive, metavar="Y",
+                     help="pause when some layer's gradient norm goes below Y (checked once per step)")
     run.add_argument("--phase", action="append", choices=sorted(_PHASE_ALIASES), default=None,
                      help="default phase(s) of --break specs that name none (repeatable)")
     run.add_argument("--json", action="store_true",
@@ -252,6 +267,8 @@ def _json_default(value: Any) -> Any:
 class RunState:
     specs: list[dict[str, Any]]
     nonfinite: bool
+    gradients: dict[str, float] = field(default_factory=dict)
+    """setBreakOnGradients's thresholds ({exploding?, vanishing?}); empty: off."""
     models: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
     resolved: dict[str, set[str]] = field(default_factory=dict)
     """spec id -> layers it matched, over every model seen."""
@@ -279,7 +296,9 @@ class Runner:
         default_phases = [_PHASE_ALIASES[p] for p in args.phase] if args.phase else None
         specs = [parse_spec(text, f"b{i + 1}", default_phases) for i, text in enumerate(args.breaks)]
         self.spec_text = {spec["id"]: text for spec, text in zip(specs, args.breaks)}
-        self.state = RunState(specs, args.break_on_nonfinite)
+        gradients = {k: v for k, v in (("exploding", getattr(args, "break_on_exploding", None)),
+                                       ("vanishing", getattr(args, "break_on_vanishing", None))) if v is not None}
+        self.state = RunState(specs, args.break_on_nonfinite, gradients)
         self.events: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
         self.report = Report(args.report, [args.script, *args.args]) if args.report else None
         self.link: EditorLink | None = None
@@ -361,6 +380,8 @@ class Runner:
             conn.request("setBreakpoints", breakpoints=self.state.specs)
         if self.state.nonfinite:
             conn.request("setBreakOnNonFinite", enabled=True)
+        if self.state.gradients:
+            conn.request("setBreakOnGradients", **self.state.gradients)
 
     # -- the event loop -------------------------------------------------------------
     def _loop(self) -> int:

@@ -28,6 +28,7 @@ from torch import nn
 from hookscope import copy_safety, image_packages, protocol, render_subject, stop, summaries
 from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
 from hookscope.conditions import REPLAY, HookEvent
+from hookscope.grad_health import REARM_RULE as HEALTH_REARM_RULE
 from hookscope.kept_outputs import BreakpointOutputs, Kept, keep_call
 from hookscope.leaf_hooks import LeafHooks
 from hookscope.nonfinite import REARM_RULE, NonFiniteWatch
@@ -49,6 +50,8 @@ watched, when a watch names this few layers) ones. Watching many layers keeps no
 one is rendered: holding every watched layer's output would keep a whole forward pass of
 activations alive into the next step (an OOM risk on a GPU)."""
 NONFINITE_ID = "nonfinite"
+GRADIENTS_ID = "gradients"
+"""The ``breakpoint`` of a hit from break on exploding/vanishing gradients."""
 GRADS_SAFE_POINT_S = 2.0
 """How long a request from the agent's thread waits for the model's next forward to read ``.grad``."""
 
@@ -115,6 +118,7 @@ class Engine:
         self._breakpoints = LayerBreakpoints(self._fire_breakpoint, self._notice, self._step_of,
                                              keep_outputs=self._replay_outputs)
         self._nonfinite = NonFiniteWatch(self._fire_nonfinite, self._notice, self._step_of)
+        self._nonfinite.checks.nonfinite = False  # break on NaN/Inf off until asked (the sentinels may serve gradient health)
         self._nonfinite_enabled = False
         self._nonfinite_action = "log"
         self._nonfinite_callback: Callable[[stop.Hit], Any] | None = None
@@ -152,7 +156,7 @@ class Engine:
             self._steps.setdefault(model_id, 0)
             if self._shapes_wanted:
                 self._arm_shapes(model_id, model)
-            if self._nonfinite_enabled:
+            if self._sentinels_on:
                 self._nonfinite.add(model_id, model)
             resolved = self._reinstall_breakpoints() if self._breakpoints.breakpoints else []
             self._sync_root_hooks()
@@ -303,6 +307,24 @@ class Engine:
         self.set_break_on_nonfinite(bool(request.get("enabled")))
         return {"enabled": self._nonfinite_enabled}
 
+    def _req_setBreakOnGradients(self, request: dict) -> dict:
+        self.set_gradient_health(request.get("exploding"), request.get("vanishing"))
+        health = self._nonfinite.checks.health
+        return {"exploding": health.exploding, "vanishing": health.vanishing}
+
+    def set_gradient_health(self, exploding: float | None, vanishing: float | None) -> None:
+        """Break when a parameter's gradient norm goes above ``exploding`` or a layer's below ``vanishing``
+        (None: that switch off), checked with break on NaN/Inf's end-of-backward gradient check."""
+        for name, value in (("exploding", exploding), ("vanishing", vanishing)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"'{name}' must be a positive number or absent")
+        with self._lock:
+            health = self._nonfinite.checks.health
+            health.exploding = None if exploding is None else float(exploding)
+            health.vanishing = None if vanishing is None else float(vanishing)
+            self._sync_sentinels()
+
     def set_break_on_nonfinite(self, enabled: bool, action: str = "log",
                                callback: Callable[[stop.Hit], Any] | None = None) -> None:
         """Turn break on NaN/Inf on or off; ``action`` applies without a debugger."""
@@ -310,14 +332,23 @@ class Engine:
             raise ValueError("action must be 'log', 'raise' or 'callback' (with a callable callback)")
         with self._lock:
             self._nonfinite_action, self._nonfinite_callback = action, callback
-            if enabled and not self._nonfinite_enabled:
-                for model_id, index in self._indexes.items():
-                    if index.model is not None:
-                        self._nonfinite.add(model_id, index.model)
-            elif not enabled and self._nonfinite_enabled:
-                self._nonfinite.clear()
             self._nonfinite_enabled = enabled
-            self._sync_root_hooks()
+            self._nonfinite.checks.nonfinite = enabled
+            self._sync_sentinels()
+
+    @property
+    def _sentinels_on(self) -> bool:
+        """Break on NaN/Inf or a gradient-health switch is on: the per-step sentinels are installed."""
+        return self._nonfinite_enabled or self._nonfinite.checks.health.on
+
+    def _sync_sentinels(self) -> None:
+        if self._sentinels_on and not self._nonfinite.enabled:
+            for model_id, index in self._indexes.items():
+                if index.model is not None:
+                    self._nonfinite.add(model_id, index.model)
+        elif not self._sentinels_on and self._nonfinite.enabled:
+            self._nonfinite.clear()
+        self._sync_root_hooks()
 
     def _req_watch(self, request: dict) -> dict:
         model_id = self._model_id(request.get("model"))
@@ -525,6 +556,8 @@ class Engine:
             removed += self._bp_outputs.clear()
             removed += self._nonfinite.clear()
             self._nonfinite_enabled = False
+            self._nonfinite.checks.nonfinite = False
+            self._nonfinite.checks.health = type(self._nonfinite.checks.health)()
             for store in (self._watches, self._captures):
                 for watch in store.values():
                     removed += self._drop_watch(watch)
@@ -567,6 +600,9 @@ class Engine:
         self._hit(bp.spec.id, event, reason, origin, bp.spec.action, bp.spec.callback)
 
     def _fire_nonfinite(self, event: HookEvent, reason: str, origin: str | None) -> None:
+        if event.extra.get("gradient_health"):
+            self._hit(GRADIENTS_ID, event, reason, origin, self._nonfinite_action, self._nonfinite_callback)
+            return
         self._hit(NONFINITE_ID, event, reason, origin, self._nonfinite_action, self._nonfinite_callback)
 
     def _hit(self, bp_id: str, event: HookEvent, reason: str, origin: str | None, action: str,
@@ -596,6 +632,14 @@ class Engine:
             message["op"] = nan_origin.as_fields()
         if bp_id == NONFINITE_ID:
             message["rearm"] = REARM_RULE
+        elif bp_id == GRADIENTS_ID:
+            health = self._nonfinite.checks.health
+            message["rearm"] = HEALTH_REARM_RULE
+            # the step's per-layer gradient-norm profile, the thresholds drawn, the stopped layer marked
+            message["view"] = "gradientFlow"
+            message["viewOptions"] = {"metric": "norm", "highlight": event.layer,
+                                      **({"exploding": health.exploding} if health.exploding else {}),
+                                      **({"vanishing": health.vanishing} if health.vanishing else {})}
         self._emit(message)
         if filtered and not self._filtered_notice_sent:
             self._filtered_notice_sent = True
@@ -882,7 +926,7 @@ class Engine:
     # ------------------------------------------------------------------ root hooks
 
     def _model_active(self, model_id: str) -> bool:
-        return (self._nonfinite_enabled or model_id in self._breakpoints.models_with_hooks()
+        return (self._sentinels_on or model_id in self._breakpoints.models_with_hooks()
                 or any(m == model_id for m, _ in self._watches) or any(m == model_id for m, _ in self._captures))
 
     def _sync_root_hooks(self) -> None:

@@ -29,7 +29,9 @@ debugger traces (about 2.5 µs each under debugpy here).
 
 from __future__ import annotations
 
+import operator
 import weakref
+from functools import partial
 from typing import Any, Sequence
 
 import torch
@@ -42,6 +44,10 @@ REFRESH_EVERY = 64
 FLATTEN_MAX_NUMEL = 4096
 """CPU gradients up to this size are checked through one flattened copy (measured
 here: cheaper per tensor than a norm kernel up to ~4k elements, dearer above)."""
+
+_GRAD = operator.attrgetter("grad")
+_IS_TENSOR = partial(operator.is_not, None)
+"""filter() keeps the gradients that exist (``is not None``: a tensor's own ``==`` is Python code)."""
 
 Slot = tuple[dict, str]
 """(a module's ``_parameters`` or ``_buffers``, a key): where a tensor lives, read afresh at every use."""
@@ -97,6 +103,15 @@ class ModuleTensors:
         self._uses = 0
         self._shared = False
         """Some parameter or buffer is registered in two modules (tied weights)."""
+        self._shared_buffers = False
+        self._flat_dicts: list[dict] = []
+        self._flat_keys: list[str] = []
+        self._norm_dicts: list[dict] = []
+        self._norm_keys: list[str] = []
+        self.flat_names: list[str] = []
+        self.norm_names: list[str] = []
+        self.complete = True
+        """The last ``grad_groups`` found a gradient for every parameter."""
         self.bufferless_at = -1
         """The structure generation at which the last rebuild found no buffer (-1: it found some).
         While it is current, a per-step caller may skip ``buffers()``, one traced call fewer."""
@@ -109,17 +124,22 @@ class ModuleTensors:
     def _rebuild(self) -> None:
         self._generation, self._uses = self.structure.generation, 0
         root = self._root()
-        modules = list(root.modules()) if root is not None else []
-        tensors = [t for m in modules for d in (m._parameters, m._buffers) for t in d.values() if t is not None]
-        self._shared = len({id(t) for t in tensors}) != len(tensors)
-        self._group_parameters(modules)
+        named = list(root.named_modules()) if root is not None else []
+        modules = [m for _, m in named]
+        params = [t for m in modules for t in m._parameters.values() if t is not None]
+        buffers = [t for m in modules for t in m._buffers.values() if t is not None]
+        self._shared = len({id(t) for t in params + buffers}) != len(params) + len(buffers)
+        self._shared_buffers = len({id(t) for t in buffers}) != len(buffers)
+        self._group_parameters(named)
         self._buffer_slots = [(m._buffers, key) for m in modules for key in m._buffers]
         self.bufferless_at = -1 if self._buffer_slots else self._generation
 
-    def _group_parameters(self, modules: list[nn.Module]) -> None:
-        self._param_slots, self._flat_slots, self._norm_slots, seen = [], [], [], set()
+    def _group_parameters(self, named: list[tuple[str, nn.Module]]) -> None:
+        self._param_slots, seen = [], set()
+        flat: list[tuple[Slot, str]] = []
+        norm: list[tuple[Slot, str]] = []
         half = False
-        for module in modules:
+        for prefix, module in named:
             for key, param in module._parameters.items():
                 if param is None:
                     continue
@@ -128,8 +148,18 @@ class ModuleTensors:
                     continue
                 seen.add(id(param))
                 half = half or param.dtype in (torch.float16, torch.bfloat16)
-                (self._flat_slots if flattens(param) else self._norm_slots).append((module._parameters, key))
+                name = f"{prefix}.{key}" if prefix else key
+                (flat if flattens(param) else norm).append(((module._parameters, key), name))
         self.half_grads = half
+        self._flat_slots = [slot for slot, _ in flat]
+        self._norm_slots = [slot for slot, _ in norm]
+        # Read per step through map() over these (C-level iteration: no bytecode per parameter,
+        # which a debugger makes ~5x dearer; GPT-2 has 148 parameter tensors).
+        self._flat_dicts, self._flat_keys = [d for (d, _), _ in flat], [k for (_, k), _ in flat]
+        self._norm_dicts, self._norm_keys = [d for (d, _), _ in norm], [k for (_, k), _ in norm]
+        self.flat_names = [name for _, name in flat]
+        self.norm_names = [name for _, name in norm]
+        """Qualified names of the parameters whose gradients ``grad_groups`` returns, in order (when none is missing)."""
 
     def parameters(self) -> list[nn.Parameter]:
         """Every parameter once (a weight tied between two layers is listed once)."""
@@ -142,21 +172,34 @@ class ModuleTensors:
         return _unique(params) if self._shared else params
 
     def grad_groups(self, extra: Sequence[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Every parameter's ``.grad`` once, and the ``extra`` gradients: (small CPU ones to flatten, the rest to norm)."""
+        """Every parameter's ``.grad`` once, and the ``extra`` gradients: (small CPU ones to flatten, the rest to norm).
+
+        When every parameter has a gradient (the usual step) the two lists, before ``extra``, are in
+        the order of ``flat_names`` and ``norm_names``; ``complete`` says whether that holds.
+        """
         self._uses += 1  # _refresh(), written out: one call less per step
         if self._generation != self.structure.generation or self._uses > REFRESH_EVERY:
             self._rebuild()
-        flat: list[torch.Tensor] = []
-        norm: list[torch.Tensor] = []
-        for group, slots in ((flat, self._flat_slots), (norm, self._norm_slots)):
-            for params, key in slots:
-                param = params.get(key)
-                grad = None if param is None else param.grad
-                if grad is not None:
-                    group.append(grad)
+        try:
+            flat = list(map(_GRAD, map(dict.get, self._flat_dicts, self._flat_keys)))
+            norm = list(map(_GRAD, map(dict.get, self._norm_dicts, self._norm_keys)))
+        except AttributeError:  # a parameter deleted since the rebuild
+            flat, norm = self._grads_one_by_one()
+        n = len(flat) + len(norm)
+        flat = list(filter(_IS_TENSOR, flat))
+        norm = list(filter(_IS_TENSOR, norm))
+        self.complete = len(flat) + len(norm) == n
         for grad in extra:  # flattens(grad), written out: one traced call less per step
             (flat if grad.device.type == "cpu" and grad.numel() <= FLATTEN_MAX_NUMEL else norm).append(grad)
         return flat, norm
+
+    def _grads_one_by_one(self) -> tuple[list[Any], list[Any]]:
+        groups: tuple[list[Any], list[Any]] = ([], [])
+        for group, slots in zip(groups, (self._flat_slots, self._norm_slots)):
+            for params, key in slots:
+                param = params.get(key)
+                group.append(None if param is None else param.grad)
+        return groups
 
     def buffers(self) -> list[torch.Tensor]:
         """Every buffer once, read afresh from its module."""
@@ -168,7 +211,7 @@ class ModuleTensors:
             buffer = slots.get(key)
             if buffer is not None:
                 buffers.append(buffer)
-        return _unique(buffers) if self._shared else buffers
+        return _unique(buffers) if self._shared_buffers else buffers
 
 
 def flattens(tensor: torch.Tensor) -> bool:

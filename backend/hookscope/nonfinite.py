@@ -89,6 +89,7 @@ import logging
 import math
 import sys
 import weakref
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Iterator
 
@@ -98,8 +99,9 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
                                   describe_counts, nonfinite_counts)
+from hookscope.grad_health import Finding, GradientHealth, HealthCheck
 from hookscope.leaf_hooks import hook_gradient
-from hookscope.module_tensors import STRUCTURE, ModuleTensors
+from hookscope.module_tensors import STRUCTURE, ModuleTensors, flattens
 from hookscope.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
 from hookscope.stop_location import module_calls
 from hookscope.stop import BreakpointHit
@@ -139,6 +141,25 @@ def _grads_finite(flat: list[torch.Tensor], norm: list[torch.Tensor], half: bool
     except (RuntimeError, TypeError):  # mixed devices or dtypes, complex gradients: the element-wise check
         pass
     return all_finite(flat + norm)
+
+
+@dataclass
+class Checks:
+    """What the sentinels check, shared by every sentinel of a ``NonFiniteWatch``."""
+    nonfinite: bool = True
+    """Break on NaN/Inf (off while only the gradient-health switches are on)."""
+    health: GradientHealth = field(default_factory=GradientHealth)
+
+
+def _named_grads(root: nn.Module) -> tuple[list[torch.Tensor], list[str], list[torch.Tensor], list[str]]:
+    """(flat, their names, norm, their names) of the parameters that have a gradient, each once."""
+    groups: tuple[list, list, list, list] = ([], [], [], [])
+    for name, param in root.named_parameters():
+        if param.grad is not None:
+            k = 0 if flattens(param.grad) else 2
+            groups[k].append(param.grad)
+            groups[k + 1].append(name)
+    return groups
 
 
 def _depth(name: str) -> int:
@@ -194,6 +215,10 @@ class RootSentinel:
         self._call_open = False
         """``_pre`` took this call's snapshot: ``_post`` may check it (hooks that land while a
         forward runs see its end without its start, and leave that call alone)."""
+        self.checks = parent.checks if parent is not None else Checks()
+        """Replaced by the watch's (shared) when it installs the sentinel."""
+        self._health = HealthCheck()
+        self._health_armed = True
 
     @property
     def root(self) -> nn.Module:
@@ -278,7 +303,8 @@ class RootSentinel:
             outs = [output] if isinstance(output, torch.Tensor) else tensors_in(output)  # the usual case: no call
             # The one sync of the forward. A single fp32 output is summed here (all_finite's
             # shortcut, one traced frame less); a non-finite sum is confirmed by all_finite.
-            if not (len(outs) == 1 and outs[0].dtype is torch.float32 and outs[0].layout is torch.strided
+            if self.checks.nonfinite and not (
+                    len(outs) == 1 and outs[0].dtype is torch.float32 and outs[0].layout is torch.strided
                     and math.isfinite(outs[0].detach().sum().item())) and not all_finite(outs):
                 if self._may_report():
                     self._reported_at = self._forwards
@@ -330,10 +356,19 @@ class RootSentinel:
             for grad in self._root_grads:  # usually one
                 if grad is not None:
                     root_grads.append(grad)
-            flat, norm = self.tensors.grad_groups(root_grads)
-            if _grads_finite(flat, norm, self.tensors.half_grads):
+            finding = None
+            if self.checks.health.on:
+                finite, finding = self._health_check(root_grads)
+            else:
+                flat, norm = self.tensors.grad_groups(root_grads)
+                finite = _grads_finite(flat, norm, self.tensors.half_grads)
+            if finite:
                 if self._reported_at is not None:
                     self._rearm()
+                if self.checks.health.on:
+                    self._health_step(finding)
+            elif not self.checks.nonfinite:
+                pass  # NaN/Inf, with only the gradient-health switches on: not theirs to report
             elif self._may_report():
                 self._reported_at = self._forwards
                 self._investigate_gradients(root_grads, replay)
@@ -341,6 +376,44 @@ class RootSentinel:
             raise  # the user chose 'raise'
         except Exception as exc:
             self._error("gradient check", exc)
+
+    # -- gradient health (grad_health.py) ----------------------------------------
+
+    def _health_check(self, root_grads: list[torch.Tensor]) -> tuple[bool, Finding | None]:
+        """The NaN/Inf check and the exploding/vanishing one from the same reads of the gradients."""
+        tensors = self.tensors
+        flat, norm = tensors.grad_groups()
+        if not flat and not norm:
+            return all_finite(root_grads), None
+        if tensors.complete:
+            flat_names, norm_names = tensors.flat_names, tensors.norm_names
+        else:  # a parameter without a gradient (frozen, unused this step): names the slow way
+            flat, flat_names, norm, norm_names = _named_grads(self.root)
+        finite, finding = self._health.check(flat, flat_names, norm, norm_names, root_grads, self.checks.health)
+        if not finite and all_finite(list(flat) + list(norm) + root_grads):
+            # a square overflowed: finite values, so large that they explode any threshold
+            finite, finding = self._health.check(flat, flat_names, norm, norm_names, (), GradientHealth(
+                exploding=self.checks.health.exploding, vanishing=None))
+            finite = True
+        return finite, finding
+
+    def _health_step(self, finding: Finding | None) -> None:
+        """At most one stop per step; after a stop, again only once a step ran within the thresholds."""
+        if finding is None:
+            self._health_armed = True
+            return
+        if not self._health_armed:
+            return
+        self._health_armed = False
+        root = self.root
+        module = root.get_submodule(finding.layer) if finding.layer else root
+        pname = finding.param.rpartition(".")[2]
+        param = getattr(module, pname, None)
+        self._fire(HookEvent(self.model_id, self._qualified(finding.layer), module, "param_grad", param_name=pname,
+                             grad=None if param is None else param.grad, step=self._step_of(self.model_id),
+                             extra={"param": param, "gradient_health": finding.kind}),
+                   finding.reason if not self.prefix else finding.reason.replace(
+                       finding.param, self._qualified(finding.param)), None)
 
     # -- when to report again (REARM_RULE) ----------------------------------
 
@@ -780,6 +853,8 @@ class NonFiniteWatch:
         self.sentinels: dict[str, RootSentinel] = {}
         self._entries: dict[str, _EntryPoints] = {}
         self._optimizer_handle: Any = None
+        self.checks = Checks()
+        """Shared by every sentinel: the engine switches NaN/Inf and the thresholds here."""
 
     @property
     def enabled(self) -> bool:
@@ -794,6 +869,7 @@ class NonFiniteWatch:
         if model_id in self.sentinels:
             return
         sentinel = RootSentinel(model_id, root, self._fire_for(model_id), self._notice, self._step_of)
+        sentinel.checks = self.checks
         sentinel.install()
         self.sentinels[model_id] = sentinel
 

@@ -157,7 +157,8 @@ MESSAGES: tuple[Message, ...] = (
     )),
     Message("hit", "event", "toExtension",
             "A layer breakpoint fired; the thread pauses right after this is sent.", (
-        _f("breakpoint", "str", "id of the breakpoint that fired ('nonfinite' for break on NaN/Inf)"),
+        _f("breakpoint", "str", "id of the breakpoint that fired ('nonfinite' for break on NaN/Inf, 'gradients' "
+                                "for break on exploding/vanishing gradients)"),
         _f("model", "str", "model id"),
         _f("layer", "str", "qualified module name"),
         _f("phase", "str", "one of PHASES"),
@@ -169,7 +170,10 @@ MESSAGES: tuple[Message, ...] = (
         _f("op", "map", "for nonfinite: the op where the first NaN/Inf was born, from the replay: "
                          "op, phase, file, line, function, stack (user frames, innermost first), "
                          "node (backward), tensor (a parameter/buffer already non-finite)", True),
-        _f("rearm", "str", "for nonfinite: when break on NaN/Inf stops again after this stop", True),
+        _f("rearm", "str", "for nonfinite and gradients: when that switch stops again after this stop", True),
+        _f("view", "str", "a view the panel shows at this stop ('gradientFlow' at a gradient-health stop)", True),
+        _f("viewOptions", "map", "render options of that view ({metric: 'norm', exploding?, vanishing?, "
+                                 "highlight: the stopped layer})", True),
     )),
     Message("summaries", "event", "toExtension",
             "Live summaries of watched layers, at the panel's rate.", (
@@ -220,6 +224,16 @@ MESSAGES: tuple[Message, ...] = (
         _f("enabled", "bool", "on or off"),
     ), (
         _f("enabled", "bool", "the state now"),
+    )),
+    Message("setBreakOnGradients", "request", "toBackend",
+            "Break on exploding gradients (some parameter's gradient norm above 'exploding') and on vanishing "
+            "gradients (some layer's gradient norm below 'vanishing'), checked once per step at the end of the "
+            "backward; a threshold left out turns that switch off. Hits have breakpoint 'gradients'.", (
+        _f("exploding", "float", "gradient norm threshold per parameter; absent: off", True),
+        _f("vanishing", "float", "gradient norm threshold per layer; absent: off", True),
+    ), (
+        _f("exploding", "float", "the threshold now (absent: off)", True),
+        _f("vanishing", "float", "the threshold now (absent: off)", True),
     )),
     Message("setCompiledEager", "request", "toBackend",
             "Run torch.compile'd code eagerly while debugging, so layer hooks inside compiled modules "

@@ -131,29 +131,58 @@ def classify(layer: dict[str, Any], vanishing: float, exploding: float) -> str:
     return "ok"
 
 
+def classify_norms(layer: dict[str, Any], params: list[dict[str, Any]], vanishing: float, exploding: float) -> str:
+    """As ``classify``, on norms (break on exploding/vanishing gradients' terms): exploding when one of the
+    layer's parameters has a gradient norm above ``exploding``, vanishing when the layer's is below ``vanishing``."""
+    if layer["norm"] is None:
+        return "no_grad"
+    if layer["nan"] or layer["inf"]:
+        return "nonfinite"
+    if any(p["norm"] is not None and p["norm"] > exploding for p in params):
+        return "exploding"
+    if layer["norm"] < vanishing:
+        return "vanishing"
+    return "ok"
+
+
 def gradient_flow(
     named_parameters: Iterable[tuple[str, Tensor]],
     vanishing: float = VANISHING,
     exploding: float = EXPLODING,
     title: str | None = None,
+    metric: str = "mean",
+    highlight: str | None = None,
 ) -> Image:
-    """Per-layer mean and max |grad| on a log scale, with vanishing/exploding bands.
+    """Per-layer gradients on a log scale, with vanishing/exploding bands.
 
     Call after ``loss.backward()``. Layers are parameter-name prefixes
-    (``layer1.0.conv1``), in model order. ``meta['layers']`` lists each
-    layer's stats and status, ``meta['params']`` every parameter's gradient
-    norm."""
+    (``layer1.0.conv1``), in model order. ``metric`` 'mean': mean and max |grad|
+    per layer; 'norm': the layer's gradient norm and its largest parameter's (the
+    quantities break on exploding/vanishing gradients compares). ``highlight``
+    marks one layer (the one a stop names). ``meta['layers']`` lists each layer's
+    stats and status, ``meta['params']`` every parameter's gradient norm."""
+    if metric not in ("mean", "norm"):
+        raise ValueError("metric must be 'mean' or 'norm'")
     layers, params = layer_gradient_stats(named_parameters)
+    by_layer: dict[str, list[dict[str, Any]]] = {}
+    for p in params:
+        by_layer.setdefault(p["layer"], []).append(p)
     for layer in layers:
-        layer["status"] = classify(layer, vanishing, exploding)
+        owned = by_layer.get(layer["name"], [])
+        layer["maxNorm"] = max((p["norm"] for p in owned if p["norm"] is not None), default=None)
+        layer["status"] = (classify_norms(layer, owned, vanishing, exploding) if metric == "norm"
+                           else classify(layer, vanishing, exploding))
     meta: dict[str, Any] = {
         "kind": "gradient_flow",
+        "metric": metric,
         "layers": layers,
         "params": params,
         "vanishing": vanishing,
         "exploding": exploding,
         "flagged": [l["name"] for l in layers if l["status"] not in ("ok", "no_grad")],
     }
+    if highlight is not None:
+        meta["highlight"] = highlight
     n = max(len(layers), 1)
     longest = max([len(l["name"] or "(root)") for l in layers] + [4])
     label_in = min(0.05 * longest, 2.5)  # rotated tick labels at 7 pt
@@ -162,11 +191,14 @@ def gradient_flow(
     ax = fig.add_subplot(1, 1, 1)
     floor = min(vanishing / 100.0, 1e-12)
     xs = np.arange(len(layers))
-    means = np.array([l["mean"] if l["mean"] else floor for l in layers], dtype=float)
-    maxes = np.array([l["max"] if l["max"] else floor for l in layers], dtype=float)
+    low_key, high_key = ("norm", "maxNorm") if metric == "norm" else ("mean", "max")
+    means = np.array([l[low_key] if l[low_key] else floor for l in layers], dtype=float)
+    maxes = np.array([l[high_key] if l[high_key] else floor for l in layers], dtype=float)
     if len(layers):
-        ax.bar(xs, np.maximum(maxes, floor), color="#4c9be8", alpha=0.35, label="max |grad|", width=0.8)
-        ax.bar(xs, np.maximum(means, floor), color="#1f5fa8", label="mean |grad|", width=0.5)
+        ax.bar(xs, np.maximum(maxes, floor), color="#4c9be8", alpha=0.35, width=0.8,
+               label="largest parameter's gradient norm" if metric == "norm" else "max |grad|")
+        ax.bar(xs, np.maximum(means, floor), color="#1f5fa8", width=0.5,
+               label="layer gradient norm" if metric == "norm" else "mean |grad|")
     top = max(exploding * 100.0, float(maxes.max()) * 10 if len(maxes) else 1.0)
     ax.set_yscale("log")
     ax.set_ylim(floor, top)
@@ -177,9 +209,14 @@ def gradient_flow(
             ax.plot([x], [top / 3], marker="X", color="magenta", markersize=10)
         elif layer["status"] == "no_grad":
             ax.text(x, floor * 3, "none", ha="center", va="bottom", fontsize=7, rotation=90, color="gray")
+        if highlight is not None and layer["name"] == highlight:
+            ax.axvspan(x - 0.5, x + 0.5, color="#f1c232", alpha=0.35, label="this stop")
     ax.set_xticks(xs)
     ax.set_xticklabels([l["name"] or "(root)" for l in layers], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("|grad|")
+    for label, layer in zip(ax.get_xticklabels(), layers):
+        if highlight is not None and layer["name"] == highlight:
+            label.set_fontweight("bold")
+    ax.set_ylabel("gradient norm" if metric == "norm" else "|grad|")
     ax.set_title(title or "Gradient flow", fontsize=10)
     ax.legend(fontsize=7, loc="upper right")
     return figure_image(fig, meta)

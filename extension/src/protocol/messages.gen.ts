@@ -199,7 +199,7 @@ export interface ModelRemovedMessage {
 /** A layer breakpoint fired; the thread pauses right after this is sent. */
 export interface HitMessage {
   type: 'hit';
-  /** id of the breakpoint that fired ('nonfinite' for break on NaN/Inf) */
+  /** id of the breakpoint that fired ('nonfinite' for break on NaN/Inf, 'gradients' for break on exploding/vanishing gradients) */
   breakpoint: string;
   /** model id */
   model: string;
@@ -219,8 +219,12 @@ export interface HitMessage {
   origin?: string;
   /** for nonfinite: the op where the first NaN/Inf was born, from the replay: op, phase, file, line, function, stack (user frames, innermost first), node (backward), tensor (a parameter/buffer already non-finite) */
   op?: Record<string, unknown>;
-  /** for nonfinite: when break on NaN/Inf stops again after this stop */
+  /** for nonfinite and gradients: when that switch stops again after this stop */
   rearm?: string;
+  /** a view the panel shows at this stop ('gradientFlow' at a gradient-health stop) */
+  view?: string;
+  /** render options of that view ({metric: 'norm', exploding?, vanishing?, highlight: the stopped layer}) */
+  viewOptions?: Record<string, unknown>;
 }
 
 /** Live summaries of watched layers, at the panel's rate. */
@@ -326,6 +330,24 @@ export interface SetBreakOnNonFiniteRequest {
 export interface SetBreakOnNonFiniteResult {
   /** the state now */
   enabled: boolean;
+}
+
+/** Break on exploding gradients (some parameter's gradient norm above 'exploding') and on vanishing gradients (some layer's gradient norm below 'vanishing'), checked once per step at the end of the backward; a threshold left out turns that switch off. Hits have breakpoint 'gradients'. */
+export interface SetBreakOnGradientsRequest {
+  type: 'setBreakOnGradients';
+  id: number;
+  /** gradient norm threshold per parameter; absent: off */
+  exploding?: number;
+  /** gradient norm threshold per layer; absent: off */
+  vanishing?: number;
+}
+
+/** Reply body of setBreakOnGradients. */
+export interface SetBreakOnGradientsResult {
+  /** the threshold now (absent: off) */
+  exploding?: number;
+  /** the threshold now (absent: off) */
+  vanishing?: number;
 }
 
 /** Run torch.compile'd code eagerly while debugging, so layer hooks inside compiled modules fire (torch.compiler.set_stance('force_eager')); off restores the stance it replaced. */
@@ -552,13 +574,14 @@ export interface ByeMessage {
 }
 
 export type FromBackend = HelloMessage | ProcessMessage | ModelAddedMessage | ModelRemovedMessage | HitMessage | SummariesMessage | ShapesMessage | ResumedMessage | NoticeMessage | StatsMessage | HeartbeatRequest | ReplyMessage;
-export type ToBackend = ChallengeMessage | PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | SetCompiledEagerRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ReleaseInspectedRequest | ByeMessage;
+export type ToBackend = ChallengeMessage | PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | SetBreakOnGradientsRequest | SetCompiledEagerRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ReleaseInspectedRequest | ByeMessage;
 
 /** Request type -> its params (without type/id) and its result. */
 export interface RequestMap {
   ping: { params: Omit<PingRequest, 'type' | 'id'>; result: PingResult };
   setBreakpoints: { params: Omit<SetBreakpointsRequest, 'type' | 'id'>; result: SetBreakpointsResult };
   setBreakOnNonFinite: { params: Omit<SetBreakOnNonFiniteRequest, 'type' | 'id'>; result: SetBreakOnNonFiniteResult };
+  setBreakOnGradients: { params: Omit<SetBreakOnGradientsRequest, 'type' | 'id'>; result: SetBreakOnGradientsResult };
   setCompiledEager: { params: Omit<SetCompiledEagerRequest, 'type' | 'id'>; result: SetCompiledEagerResult };
   watch: { params: Omit<WatchRequest, 'type' | 'id'>; result: WatchResult };
   getSummaries: { params: Omit<GetSummariesRequest, 'type' | 'id'>; result: GetSummariesResult };
@@ -585,7 +608,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   process: { kind: 'event', direction: 'toExtension', fields: [{ name: 'pid', type: 'int', optional: false }, { name: 'session', type: 'str', optional: true }, { name: 'rank', type: 'int', optional: false }, { name: 'worldSize', type: 'int', optional: false }, { name: 'python', type: 'str', optional: false }, { name: 'torch', type: 'str', optional: false }, { name: 'hookscope', type: 'str', optional: false }, { name: 'argv', type: 'list', optional: false }, { name: 'debugger', type: 'bool', optional: false }] },
   modelAdded: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'map', optional: false }] },
   modelRemoved: { kind: 'event', direction: 'toExtension', fields: [{ name: 'id', type: 'str', optional: false }] },
-  hit: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'reason', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'summaries', type: 'list', optional: false }, { name: 'pausing', type: 'bool', optional: false }, { name: 'origin', type: 'str', optional: true }, { name: 'op', type: 'map', optional: true }, { name: 'rearm', type: 'str', optional: true }] },
+  hit: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'reason', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'summaries', type: 'list', optional: false }, { name: 'pausing', type: 'bool', optional: false }, { name: 'origin', type: 'str', optional: true }, { name: 'op', type: 'map', optional: true }, { name: 'rearm', type: 'str', optional: true }, { name: 'view', type: 'str', optional: true }, { name: 'viewOptions', type: 'map', optional: true }] },
   summaries: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'tensors', type: 'list', optional: false }] },
   shapes: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'shapes', type: 'map', optional: false }] },
   resumed: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }] },
@@ -595,6 +618,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   ping: { kind: 'request', direction: 'toBackend', fields: [] },
   setBreakpoints: { kind: 'request', direction: 'toBackend', fields: [{ name: 'breakpoints', type: 'list', optional: false }] },
   setBreakOnNonFinite: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }] },
+  setBreakOnGradients: { kind: 'request', direction: 'toBackend', fields: [{ name: 'exploding', type: 'float', optional: true }, { name: 'vanishing', type: 'float', optional: true }] },
   setCompiledEager: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }] },
   watch: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layers', type: 'list', optional: false }, { name: 'model', type: 'str', optional: true }, { name: 'rateHz', type: 'float', optional: true }] },
   getSummaries: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layer', type: 'str', optional: false }, { name: 'model', type: 'str', optional: true }] },

@@ -1,0 +1,142 @@
+"""Break on exploding and vanishing gradients, inside break on NaN/Inf's end-of-backward check.
+
+The switches
+    Exploding: some parameter's gradient norm is above X. Vanishing: some layer's
+    gradient norm (over the parameters it owns, each counted once) is below Y. Both
+    are asked once per step, at the end of the backward, where the NaN/Inf
+    sentinel (nonfinite.py) already checks every parameter gradient.
+
+Cost
+    The per-parameter norms come from the same data the NaN/Inf check reads: the
+    small CPU gradients through its one flattened copy, squared and summed per
+    parameter (``segment_reduce``: one kernel, where a norm per tensor costs ~2 µs
+    each on a CPU), the others through the ``_foreach_norm`` it takes anyway. The
+    per-layer sums are one ``index_add_``; the largest parameter norm, the smallest
+    layer norm and the NaN/Inf total leave the device in one transfer. The
+    segment lengths and layer indices are kept until the model's parameters change.
+
+The stop
+    It names the parameter (exploding: the largest norm; vanishing: the smallest of
+    the weakest layer) and its layer, as a parameter-gradient stop with that
+    gradient; the panel shows the step's per-layer gradient-norm profile in its
+    gradient-flow view. A model stops at most once per step, and after a stop
+    again only once a step ran within the thresholds (``REARM_RULE``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+REARM_RULE = ("Break on exploding/vanishing gradients stops again once a step has run within the "
+              "thresholds and a later step crosses one.")
+"""When a gradient-health stop fires again (the ``rearm`` field of its hits)."""
+
+
+@dataclass
+class GradientHealth:
+    """The thresholds (None: that switch is off)."""
+    exploding: float | None = None
+    vanishing: float | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.exploding is not None or self.vanishing is not None
+
+
+@dataclass
+class Finding:
+    """A threshold crossed: where, and how it reads in the stop reason."""
+    param: str
+    """Qualified parameter name (``blocks.2.mlp.0.weight``)."""
+    layer: str
+    kind: str
+    """'exploding' | 'vanishing'."""
+    reason: str
+
+
+@dataclass
+class _Layout:
+    """Per-parameter segment lengths of the flattened gradients and each parameter's layer index."""
+    names: list[str]
+    lengths: torch.Tensor
+    layer_of: torch.Tensor
+    layers: list[str]
+
+
+class HealthCheck:
+    """Per-parameter gradient norms of one model, from the NaN/Inf check's groups."""
+
+    def __init__(self) -> None:
+        self._layout: _Layout | None = None
+        self._key: tuple = ()
+
+    def check(self, flat: Sequence[torch.Tensor], flat_names: list[str], norm: Sequence[torch.Tensor],
+              norm_names: list[str], root_grads: Sequence[torch.Tensor],
+              health: GradientHealth) -> tuple[bool, Finding | None]:
+        """(all finite, the threshold crossed if any): one transfer from the device."""
+        layout = self._layout_for(flat, flat_names, norm, norm_names)
+        squares = []
+        finite_parts = []
+        if flat:
+            buffer = torch._C._nn.flatten_dense_tensors(list(flat)).float()
+            square = buffer.square()
+            squares.append(torch.segment_reduce(square, "sum", lengths=layout.lengths))
+        if norm:
+            norms = torch._foreach_norm(list(norm), dtype=torch.float32)
+            squares.append(torch.stack(norms).square())
+        for grad in root_grads:  # the gradient reaching the model output: NaN/Inf only
+            finite_parts.append(grad.detach().sum(dtype=torch.float32).reshape(1))
+        per_param = squares[0] if len(squares) == 1 else torch.cat(squares)
+        per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype,
+                                device=per_param.device).index_add_(0, layout.layer_of, per_param)
+        summary = [per_param.sum().reshape(1), per_param.max().reshape(1), per_layer.min().reshape(1)]
+        for part in finite_parts:
+            summary.append(part.to(per_param.device))
+        total, largest, smallest, *root = torch.cat(summary).tolist()
+        if not math.isfinite(total + sum(root)):
+            return False, None
+        if health.exploding is not None and largest > health.exploding ** 2:
+            return True, self._exploding(per_param, layout, health.exploding)
+        if health.vanishing is not None and smallest < health.vanishing ** 2:
+            return True, self._vanishing(per_param, per_layer, layout, health.vanishing)
+        return True, None
+
+    def _layout_for(self, flat: Sequence[torch.Tensor], flat_names: list[str], norm: Sequence[torch.Tensor],
+                    norm_names: list[str]) -> _Layout:
+        key = (id(flat_names), id(norm_names), len(flat), len(norm))
+        if self._layout is None or key != self._key:
+            names = list(flat_names) + list(norm_names)
+            layers: dict[str, int] = {}
+            layer_of = [layers.setdefault(name.rpartition(".")[0], len(layers)) for name in names]
+            device = flat[0].device if flat else norm[0].device if norm else torch.device("cpu")
+            self._layout = _Layout(names, torch.tensor([t.numel() for t in flat], dtype=torch.long, device=device),
+                                   torch.tensor(layer_of, dtype=torch.long, device=device), list(layers))
+            self._key = key
+        return self._layout
+
+    def _exploding(self, per_param: torch.Tensor, layout: _Layout, threshold: float) -> Finding:
+        norms = per_param.double().sqrt().tolist()
+        worst = max(range(len(norms)), key=norms.__getitem__)
+        above = sum(n > threshold for n in norms)
+        name = layout.names[worst]
+        others = f" ({above - 1} more above)" if above > 1 else ""
+        return Finding(name, name.rpartition(".")[0], "exploding",
+                       f"Exploding gradient: {name} gradient norm {norms[worst]:.4g} > {threshold:g}{others}")
+
+    def _vanishing(self, per_param: torch.Tensor, per_layer: torch.Tensor, layout: _Layout,
+                   threshold: float) -> Finding:
+        layer_norms = per_layer.double().sqrt().tolist()
+        weakest = min(range(len(layer_norms)), key=layer_norms.__getitem__)
+        below = sum(n < threshold for n in layer_norms)
+        norms = per_param.double().sqrt().tolist()
+        owned = [i for i, layer in enumerate(layout.layer_of.tolist()) if layer == weakest]
+        param = layout.names[min(owned, key=norms.__getitem__)]
+        layer = layout.layers[weakest]
+        others = f" ({below - 1} more layers below)" if below > 1 else ""
+        return Finding(param, layer, "vanishing",
+                       f"Vanishing gradient: layer {layer or 'the model'} gradient norm {layer_norms[weakest]:.4g} "
+                       f"< {threshold:g} (smallest: {param}){others}")

@@ -1,0 +1,121 @@
+"""Break on exploding and vanishing gradients: the end-of-backward check names the layer and parameter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from engine_models import hooks_left
+from hookscope.cli import build_parser
+from hookscope.engine import Engine
+
+
+class Chain(nn.Module):
+    """Three layers; ``damp`` scales what reaches ``first`` (tiny: its gradients vanish)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(4, 8)
+        self.middle = nn.Linear(8, 8)
+        self.last = nn.Linear(8, 2)
+        self.damp = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last(torch.tanh(self.middle(self.first(x) * self.damp)))
+
+
+@pytest.fixture
+def setup():
+    torch.manual_seed(0)
+    model = Chain()
+    events: list[dict] = []
+    engine = Engine(events.append, shapes=False)
+    engine.add_model("m", model)
+    yield model, engine, events
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
+def step(model: nn.Module, scale: float = 1.0) -> None:
+    model.zero_grad()
+    (model(torch.randn(3, 4)).sum() * scale).backward()
+
+
+def hits(events: list[dict]) -> list[dict]:
+    return [e for e in events if e["type"] == "hit"]
+
+
+def test_exploding_names_the_parameter_with_the_largest_gradient_norm_and_shows_the_profile(setup):
+    model, engine, events = setup
+    engine.handle({"type": "setBreakOnGradients", "id": 1, "exploding": 100.0})
+    step(model)
+    assert hits(events) == []
+    step(model, scale=1e4)
+    [hit] = hits(events)
+    norms = {name: float(p.grad.norm()) for name, p in model.named_parameters()}
+    worst = max(norms, key=norms.get)
+    assert hit["breakpoint"] == "gradients" and hit["phase"] == "param_grad"
+    assert hit["layer"] == worst.rpartition(".")[0] and worst in hit["reason"]
+    assert f"{norms[worst]:.4g}" in hit["reason"] and "> 100" in hit["reason"]
+    assert hit["view"] == "gradientFlow"
+    assert hit["viewOptions"] == {"metric": "norm", "highlight": hit["layer"], "exploding": 100.0}
+    # the view it names renders the step's per-layer norms, the stopped layer marked
+    image = engine.handle({"type": "render", "id": 2, "view": "gradientFlow", "options": hit["viewOptions"]})
+    layers = {layer["name"]: layer for layer in image["meta"]["layers"]}
+    assert layers[hit["layer"]]["status"] == "exploding" and image["meta"]["highlight"] == hit["layer"]
+
+
+def test_vanishing_names_the_layer_whose_gradient_norm_is_below(setup):
+    model, engine, events = setup
+    engine.set_gradient_health(None, 1e-7)
+    model.damp = 1e-12  # what first produces barely reaches the loss: its gradients vanish
+    step(model)
+    [hit] = hits(events)
+    assert hit["layer"] == "first" and "Vanishing gradient: layer first" in hit["reason"]
+    assert hit["viewOptions"]["vanishing"] == 1e-7
+
+
+def test_one_stop_per_crossing_then_quiet_until_a_step_runs_within_the_thresholds(setup):
+    model, engine, events = setup
+    engine.set_gradient_health(100.0, None)
+    for scale in (1e4, 1e4, 1.0, 1e4):
+        step(model, scale)
+    assert len(hits(events)) == 2  # the first crossing, then again after the clean step
+    assert all("stops again" in h["rearm"] for h in hits(events))
+
+
+def test_only_the_health_switches_on_a_nan_is_not_theirs_and_off_removes_every_hook(setup):
+    model, engine, events = setup
+    engine.set_gradient_health(100.0, 1e-30)
+    with torch.no_grad():
+        model.middle.weight[0, 0] = float("nan")
+    step(model)
+    assert hits(events) == []  # break on NaN/Inf is off
+    engine.set_gradient_health(None, None)
+    assert engine.hook_count == 0 and hooks_left(model) == []
+
+
+def test_thresholds_are_validated():
+    engine = Engine(lambda e: None, shapes=False)
+    for bad in (0, -1.0, float("inf"), True, "big"):
+        with pytest.raises(ValueError):
+            engine.set_gradient_health(bad, None)
+
+
+def test_with_break_on_nan_the_nan_stop_comes_first(setup):
+    model, engine, events = setup
+    engine.set_break_on_nonfinite(True)
+    engine.set_gradient_health(100.0, None)
+    with torch.no_grad():
+        model.last.weight[0, 0] = float("inf")
+    step(model)
+    assert [h["breakpoint"] for h in hits(events)] == ["nonfinite"]
+
+
+def test_the_cli_takes_the_thresholds():
+    args = build_parser().parse_args(["run", "--break-on-exploding", "100", "--break-on-vanishing", "1e-7",
+                                      "train.py"])
+    assert (args.break_on_exploding, args.break_on_vanishing) == (100.0, 1e-7)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--break-on-exploding", "-3", "train.py"])
