@@ -7,7 +7,10 @@ import { editCondition, pickPhase } from './breakpoints/conditionEditor';
 import type { LayerBreakpointManager } from './breakpoints/manager';
 import type { LayerBreakpoint, PhaseChoice } from './breakpoints/model';
 import type { ExtensionLog } from './common/log';
-import { breakOnNonFiniteSetting, setBreakOnNonFiniteSetting } from './common/settings';
+import {
+  breakOnNonFiniteSetting, gradientThresholdsSetting, setBreakOnNonFiniteSetting, setGradientThresholdSetting,
+} from './common/settings';
+import { showGradientMenu } from './views/gradientMenu';
 import { Commands } from './constants';
 import type { PythonEnvironment } from './debug/python';
 import type { LayerNode } from './views/layersModel';
@@ -161,6 +164,12 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
     cmd(Commands.toggleBreakOnNonFinite, () => setBreakOnNonFinite(!breakOnNonFiniteSetting())),
     cmd(Commands.breakOnNonFiniteOn, () => setBreakOnNonFinite(true)),
     cmd(Commands.breakOnNonFiniteOff, () => setBreakOnNonFinite(false)),
+    cmd(Commands.gradientHealthMenu, () => showGradientMenu({
+      breakOnNonFinite: breakOnNonFiniteSetting,
+      setBreakOnNonFinite,
+      thresholds: gradientThresholdsSetting,
+      setThreshold: setGradientThresholdSetting,
+    })),
     cmd(Commands.editLayerBreakpointCondition, async (arg) => {
       let bp = isBreakpoint(arg) ? breakpoints.model.get(arg.id) : undefined;
       if (!bp) {

@@ -9,7 +9,7 @@ import { LayerBreakpointsView } from './breakpoints/treeView';
 import { registerCommands } from './commands';
 import { ExtensionLog } from './common/log';
 import {
-  affects, breakOnNonFiniteSetting, runCompiledEagerlySetting, setRunCompiledEagerlySetting, summaryRateHz, traceFileSetting,
+  affects, breakOnNonFiniteSetting, gradientThresholdsSetting, runCompiledEagerlySetting, setRunCompiledEagerlySetting, summaryRateHz, traceFileSetting,
 } from './common/settings';
 import { Commands, ContextKeys, DEBUG_TYPE, PYTHON_DEBUG_TYPES, Settings, Views } from './constants';
 import { HookscopeAdapterFactory, HookscopeConfigurationProvider } from './debug/configurationProvider';
@@ -84,12 +84,21 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   };
   applyBreakOnNonFinite();
 
+  // Break on exploding/vanishing gradients: the settings hold the thresholds (the status bar menu writes them).
+  const applyGradients = () => {
+    const thresholds = gradientThresholdsSetting();
+    statusBar.setGradientThresholds(thresholds);
+    void hub.setBreakOnGradients(thresholds);
+  };
+  applyGradients();
+
   // Eager torch.compile while debugging: the opt-in of the `compiled` notice.
   const applyRunCompiledEagerly = () => void hub.setCompiledEager(runCompiledEagerlySetting());
   applyRunCompiledEagerly();
 
   push(vscode.workspace.onDidChangeConfiguration((e) => {
     if (affects(e, Settings.breakOnNonFinite)) applyBreakOnNonFinite();
+    if (affects(e, Settings.breakOnExplodingGradients) || affects(e, Settings.breakOnVanishingGradients)) applyGradients();
     if (affects(e, Settings.runCompiledEagerly)) applyRunCompiledEagerly();
     if (affects(e, Settings.traceFile)) log.setTraceFile(traceFileSetting());
     if (affects(e, Settings.pythonPath) || affects(e, Settings.backend)) {

@@ -340,6 +340,11 @@ window.addEventListener('message', (event: MessageEvent<ToWebview | InspectToWeb
     case 'view': {
       view = msg.view;
       drawView(view);
+      if (view.suggested && view.stop) {  // a gradient-health stop: its gradient-norm profile, once per stop
+        const s = view.stop;
+        dispatch({ type: 'suggested', stop: `${s.processId}/${s.model}/${s.layer}:${s.phase}:${s.step}:${s.hit}`,
+          visual: view.suggested.visual, options: view.suggested.options }, false);
+      }
       const targetKey = view.target ? `${view.target.processId}/${view.target.model}/${view.target.layer}` : '';
       if (targetKey !== lastTargetKey) {
         lastTargetKey = targetKey;

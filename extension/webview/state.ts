@@ -15,6 +15,10 @@ export interface UiState {
   attention: { head: number | 'mean' };
   gradCam: { targetClass?: number };
   histogram: { log: boolean };
+  /** The gradient-flow view's options a gradient-health stop asked for (metric, thresholds, the layer). */
+  gradientFlow?: Record<string, unknown>;
+  /** The stop whose suggested view was taken (each stop switches the view once, then the user decides). */
+  suggestedFor?: string;
   /** Channel shown large (feature map), if any. */
   enlarged?: number;
   showVisual: boolean;
@@ -42,12 +46,19 @@ export type UiAction =
   | { type: 'histogramLog'; log: boolean }
   | { type: 'enlarge'; channel?: number }
   | { type: 'showVisual'; on: boolean }
+  | { type: 'suggested'; stop: string; visual: VisualKind; options: Record<string, unknown> }
   | { type: 'layerChanged' };
 
 export function uiReducer(state: UiState, action: UiAction): UiState {
   switch (action.type) {
-    case 'visual':
-      return { ...state, visual: action.visual, enlarged: undefined };
+    case 'visual':  // picked by hand: the plain view (a stop's thresholds and layer no longer apply)
+      return { ...state, visual: action.visual, enlarged: undefined, gradientFlow: undefined };
+    case 'suggested':
+      if (state.suggestedFor === action.stop) return state;
+      return {
+        ...state, visual: action.visual, enlarged: undefined, suggestedFor: action.stop,
+        gradientFlow: action.visual === 'gradientFlow' ? action.options : state.gradientFlow,
+      };
     case 'page': {
       const last = action.pages !== undefined ? Math.max(0, action.pages - 1) : Number.MAX_SAFE_INTEGER;
       const page = Math.min(last, Math.max(0, state.featureMap.page + action.delta));
@@ -91,7 +102,7 @@ export function renderOptions(state: UiState): Record<string, unknown> {
     case 'gradCam':
       return state.gradCam.targetClass !== undefined ? { target: state.gradCam.targetClass } : {};
     case 'gradientFlow':
-      return {};
+      return { ...(state.gradientFlow ?? {}) };
     case 'histogram':
       return { log: state.histogram.log };
   }

@@ -26,6 +26,12 @@ import {
 } from '../protocol/messages.gen';
 import { BackendConnection, RequestError, type BackendEvent } from './connection';
 
+/** Break on exploding / vanishing gradients: the thresholds (undefined: that switch is off). */
+export interface GradientThresholds {
+  exploding?: number;
+  vanishing?: number;
+}
+
 export interface ModelState {
   tree: ModelTree;
   /** Last output shape of each layer (from `shapes` events). */
@@ -94,6 +100,7 @@ export class BackendHub {
   private readonly states = new Map<string, ProcessState>();
   private breakpoints: BreakpointSpec[] = [];
   private breakOnNonFinite = false;
+  private gradientThresholds: GradientThresholds = {};
   private compiledEager = false;
   private readonly resendTimers = new Map<string, NodeJS.Timeout>();
   private readonly trace: Tracer;
@@ -217,6 +224,24 @@ export class BackendHub {
     await Promise.all(this.processes().map((p) => this.sendSwitch(p, 'setBreakOnNonFinite', enabled)));
   }
 
+  /** Break on exploding/vanishing gradients in every process (and those that connect later). */
+  async setBreakOnGradients(thresholds: GradientThresholds): Promise<void> {
+    this.gradientThresholds = { ...thresholds };
+    this.trace.event('breakOnGradients', { ...thresholds });
+    await Promise.all(this.processes().map((p) => this.sendGradients(p)));
+  }
+
+  private async sendGradients(state: ProcessState): Promise<void> {
+    const { exploding, vanishing } = this.gradientThresholds;
+    try {
+      await this.request(state.id, 'setBreakOnGradients', {
+        ...(exploding !== undefined ? { exploding } : {}), ...(vanishing !== undefined ? { vanishing } : {}),
+      });
+    } catch (err) {
+      this.options.log.warn(`[${state.label}] setBreakOnGradients failed: ${(err as Error).message}`);
+    }
+  }
+
   /** Run torch.compile'd code eagerly in every process (and those that connect later), so hooks inside fire. */
   async setCompiledEager(enabled: boolean): Promise<void> {
     this.compiledEager = enabled;
@@ -320,6 +345,9 @@ export class BackendHub {
     this.processesEmitter.fire();
     void this.sendBreakpoints(state);
     if (this.breakOnNonFinite) void this.sendSwitch(state, 'setBreakOnNonFinite', true);
+    if (this.gradientThresholds.exploding !== undefined || this.gradientThresholds.vanishing !== undefined) {
+      void this.sendGradients(state);
+    }
     if (this.compiledEager) void this.sendSwitch(state, 'setCompiledEager', true);
   }
 

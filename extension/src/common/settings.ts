@@ -1,6 +1,7 @@
 // Typed access to the `hookscope.*` settings.
 
 import * as vscode from 'vscode';
+import type { GradientThresholds } from '../backend/hub';
 import { Settings } from '../constants';
 
 function config(scope?: vscode.ConfigurationScope): vscode.WorkspaceConfiguration {
@@ -38,6 +39,19 @@ export function breakOnNonFiniteSetting(): boolean {
 
 export async function setBreakOnNonFiniteSetting(on: boolean): Promise<void> {
   await config().update(Settings.breakOnNonFinite, on, settingsTarget());
+}
+
+export function gradientThresholdsSetting(): GradientThresholds {
+  const read = (key: string): number | undefined => {
+    const value = config().get<number | null>(key, null);
+    return typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : undefined;
+  };
+  return { exploding: read(Settings.breakOnExplodingGradients), vanishing: read(Settings.breakOnVanishingGradients) };
+}
+
+export async function setGradientThresholdSetting(which: 'exploding' | 'vanishing', value: number | undefined): Promise<void> {
+  const key = which === 'exploding' ? Settings.breakOnExplodingGradients : Settings.breakOnVanishingGradients;
+  await config().update(key, value ?? null, settingsTarget());
 }
 
 /** Where a switch flipped from the UI is saved: the workspace when one is open. */

@@ -65,6 +65,9 @@ export interface PanelView {
   rearm?: string;
   /** At a break on NaN/Inf stop: the op and the user's line where the value was born (a link). */
   bornAt?: BornAt;
+  /** A view the stop asks for (the hit's `view`/`viewOptions`: a gradient-health stop's gradient-norm
+   * profile); the webview switches to it once per stop. */
+  suggested?: { visual: VisualKind; options: Record<string, unknown> };
   tensors: TensorSummary[];
   interventions: PanelIntervention[];
   notices: PanelNotice[];

@@ -19,7 +19,7 @@ export interface PanelState {
   /** The newest debug session seen; notices of others are dropped once theirs have ended. */
   session?: string;
   target?: PanelTarget;
-  paused?: { processId: string; model: string; layer: string; phase: string; reason: string; step: number; origin?: string; rearm?: string; bornAt?: BornAt; hit: number };
+  paused?: { processId: string; model: string; layer: string; phase: string; reason: string; step: number; origin?: string; rearm?: string; bornAt?: BornAt; hit: number; suggested?: PanelView['suggested'] };
   /** Stops seen (numbers each stop, so two stops alike are still told apart). */
   hits: number;
   /** Latest summary of each tensor of the target, by path ('output', 'grad_output[0]', 'weight.grad'...). */
@@ -104,7 +104,7 @@ export function panelReducer(state: PanelState, action: PanelAction): PanelState
         target,
         hits,
         paused: h.pausing
-          ? { processId: action.processId, model: h.model, layer: h.layer, phase: h.phase, reason: h.reason, step: h.step, origin: h.origin, rearm: h.rearm, bornAt: bornAt(h.op), hit: hits }
+          ? { processId: action.processId, model: h.model, layer: h.layer, phase: h.phase, reason: h.reason, step: h.step, origin: h.origin, rearm: h.rearm, bornAt: bornAt(h.op), hit: hits, suggested: suggestedView(h) }
           : state.paused,
         tensors: sameLayer ? mergeTensors(state.tensors, h.summaries) : [...h.summaries],
         phase: h.phase,
@@ -183,6 +183,7 @@ export function panelView(state: PanelState): PanelView {
       stop: { processId: p.processId, model: p.model, layer: p.layer, phase: p.phase, step: p.step, hit: p.hit },
       rearm: p.rearm,
       bornAt: p.bornAt,
+      suggested: p.suggested,
     };
   }
   if (!state.target) {
@@ -205,6 +206,13 @@ export function panelView(state: PanelState): PanelView {
 }
 
 /** How a step is written in the panel (one place, so it reads the same everywhere). */
+/** The view a hit asks the panel for (a gradient-health stop: the gradient-flow view by norm). */
+function suggestedView(hit: HitMessage): PanelView['suggested'] {
+  if (hit.view !== 'gradientFlow') return undefined;
+  const options = hit.viewOptions && typeof hit.viewOptions === 'object' ? { ...(hit.viewOptions as Record<string, unknown>) } : {};
+  return { visual: 'gradientFlow', options };
+}
+
 /** The hit's `op` (break on NaN/Inf, from the replay), when it names a line of the user's code. */
 export function bornAt(op: Record<string, unknown> | undefined): BornAt | undefined {
   if (!op || typeof op.file !== 'string' || typeof op.line !== 'number' || typeof op.op !== 'string') return undefined;

@@ -1,24 +1,32 @@
-// Two status bar items: the connection ("Hookscope: 1 process · 1 model", or the layer the
-// program is paused in, plus active interventions) and the Break on NaN/Inf switch.
+// Three status bar items: the connection ("Hookscope: 1 process · 1 model", or the layer the
+// program is paused in, plus active interventions), the Break on NaN/Inf switch, and beside it
+// the gradient-norm switches (exploding / vanishing), whose menu sets their thresholds.
 
 import * as vscode from 'vscode';
 import type { BackendHub } from '../backend/hub';
+import type { GradientThresholds } from '../backend/hub';
 import { Commands } from '../constants';
+import { gradientStatusText } from '../common/thresholds';
 
 export class HookscopeStatusBar implements vscode.Disposable {
   private readonly connection = vscode.window.createStatusBarItem('hookscope.connection', vscode.StatusBarAlignment.Left, 50);
   private readonly nonFinite = vscode.window.createStatusBarItem('hookscope.breakOnNonFinite', vscode.StatusBarAlignment.Left, 49);
+  private readonly gradients = vscode.window.createStatusBarItem('hookscope.breakOnGradients', vscode.StatusBarAlignment.Left, 48);
   private readonly disposables: vscode.Disposable[] = [];
   private breakOnNonFinite = false;
+  private thresholds: GradientThresholds = {};
 
   constructor(private readonly hub: BackendHub) {
     this.connection.name = 'Hookscope: connection';
     this.connection.command = Commands.showTensors;
     this.nonFinite.name = 'Hookscope: Break on NaN/Inf';
     this.nonFinite.command = Commands.toggleBreakOnNonFinite;
+    this.gradients.name = 'Hookscope: Break on exploding/vanishing gradients';
+    this.gradients.command = Commands.gradientHealthMenu;
     this.disposables.push(
       this.connection,
       this.nonFinite,
+      this.gradients,
       hub.onDidChangeProcesses(() => this.update()),
       hub.onDidChangeModels(() => this.update()),
       hub.onDidChangeInterventions(() => this.update()),
@@ -28,6 +36,11 @@ export class HookscopeStatusBar implements vscode.Disposable {
 
   setBreakOnNonFinite(on: boolean): void {
     this.breakOnNonFinite = on;
+    this.update();
+  }
+
+  setGradientThresholds(thresholds: GradientThresholds): void {
+    this.thresholds = { ...thresholds };
     this.update();
   }
 
@@ -64,6 +77,14 @@ export class HookscopeStatusBar implements vscode.Disposable {
       ? 'Hookscope pauses at the first layer that produces NaN/Inf. Click to turn off.'
       : 'Click to pause at the first layer that produces NaN/Inf.';
     this.nonFinite.show();
+    const { exploding, vanishing } = this.thresholds;
+    this.gradients.text = gradientStatusText(this.thresholds);
+    this.gradients.tooltip = [
+      exploding !== undefined ? `Pauses when a parameter's gradient norm goes above ${exploding}.` : 'Exploding gradients: off.',
+      vanishing !== undefined ? `Pauses when a layer's gradient norm goes below ${vanishing}.` : 'Vanishing gradients: off.',
+      'Click for the menu: Break on NaN/Inf and the gradient thresholds.',
+    ].join('\n');
+    this.gradients.show();
   }
 
   dispose(): void {
