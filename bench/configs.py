@@ -8,7 +8,12 @@ SUMMARY_RATE_HZ = 4.0
 NEVER_TRUE_BREAKPOINT = {"id": "never", "layer": "*", "phases": ["forward", "backward"],
                          "condition": {"kind": "absmax_above", "threshold": 1e30}}
 
-SIDE_BY_SIDE = ("idle", "nonfinite", "summaries", "condbp")
+NEVER_EXPLODING = 1e30
+"""Break on exploding gradients above this: never true, so the row measures the check alone (the
+vanishing threshold is left off: a layer whose gradient is exactly zero would stop the bench; the
+check computes the per-layer norms either way)."""
+
+SIDE_BY_SIDE = ("idle", "nonfinite", "health", "summaries", "condbp")
 """The configurations the side-by-side row switches between, a few steps each."""
 
 
@@ -16,6 +21,7 @@ def requests_for(config: str, model_id: str, layers: list[str]) -> list[dict]:
     """The requests that put one model in ``config`` (and undo the other configurations)."""
     return [
         {"type": "setBreakOnNonFinite", "enabled": config == "nonfinite"},
+        {"type": "setBreakOnGradients", **({"exploding": NEVER_EXPLODING} if config == "health" else {})},
         {"type": "watch", "model": model_id, "layers": layers if config == "summaries" else [],
          "rateHz": SUMMARY_RATE_HZ},
         {"type": "setBreakpoints", "breakpoints": [NEVER_TRUE_BREAKPOINT] if config == "condbp" else []},

@@ -2,7 +2,8 @@
 
 Rows (median step time of forward+backward+optimizer step after warm-up):
 plain Python; under debugpy (the baseline the ratios divide by); Hookscope
-connected with nothing watched; break on NaN/Inf over all layers; summaries
+connected with nothing watched; break on NaN/Inf over all layers; break on exploding/vanishing
+  gradients; summaries
 of all layers streamed at the panel's rate; a never-true conditional layer
 breakpoint on every layer; and the peers detect_anomaly, Hugging Face's
 DebugUnderflowOverflow and TorchLens. Each row is one process that trains
@@ -39,6 +40,7 @@ MODELS = ["cnn", "transformer", "gpt", "resnet18", "stack10", "stack100", "stack
 HOOKSCOPE_MODES = {
     "hookscope-idle": "Hookscope connected, nothing watched",
     "hookscope-nonfinite": "Hookscope break on NaN/Inf, all layers",
+    "hookscope-health": "Hookscope break on exploding/vanishing gradients (never-true threshold)",
     "hookscope-summaries": "Hookscope summaries of all layers at panel rate (4 Hz)",
     "hookscope-condbp": "Layer breakpoint (never-true condition) on every layer",
 }
