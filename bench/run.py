@@ -2,11 +2,10 @@
 
 Rows (median step time of forward+backward+optimizer step after warm-up):
 plain Python; under debugpy (the baseline the ratios divide by); Hookscope
-connected with nothing watched; break on NaN/Inf over all layers; break on exploding/vanishing
-  gradients; summaries
-of all layers streamed at the panel's rate; a never-true conditional layer
-breakpoint on every layer; and the peers detect_anomaly, Hugging Face's
-DebugUnderflowOverflow and TorchLens. Each row is one process that trains
+connected with nothing watched; break on NaN/Inf over all layers; break on
+exploding/vanishing gradients; summaries of all layers streamed at the panel's
+rate; a never-true conditional layer breakpoint on every layer; and the peers
+detect_anomaly, Hugging Face's DebugUnderflowOverflow and TorchLens. Each row is one process that trains
 every model, so rows are measured side by side in one run. With ``--devices
 auto`` (the default) the rows run on the CPU and, when the bench's Python sees
 a CUDA device, again on it, in a section of their own.
