@@ -267,13 +267,14 @@ class RootSentinel:
             self._forwards += 1
             self._args, self._kwargs = args, kwargs
             self._grad_enabled = torch.is_grad_enabled()
-            self._cpu_rng = torch.default_generator.clone_state()
-            # torch.cuda._initialized first: is_initialized() is one more traced frame per step
-            cuda = getattr(torch.cuda, "_initialized", True) and torch.cuda.is_initialized()
-            self._cuda_rng = torch.cuda.get_rng_state_all() if cuda else None
-            tensors = self.tensors
-            if self._buffer_ids or tensors.bufferless_at != tensors.structure.generation:
-                self._snapshot_buffers(tensors.buffers())
+            if self.checks.nonfinite:  # what a replay needs (the gradient-health switches replay nothing)
+                self._cpu_rng = torch.default_generator.clone_state()
+                # torch.cuda._initialized first: is_initialized() is one more traced frame per step
+                cuda = getattr(torch.cuda, "_initialized", True) and torch.cuda.is_initialized()
+                self._cuda_rng = torch.cuda.get_rng_state_all() if cuda else None
+                tensors = self.tensors
+                if self._buffer_ids or tensors.bufferless_at != tensors.structure.generation:
+                    self._snapshot_buffers(tensors.buffers())
             self._root_grads = []
             self.gradients_unchecked = True
             self._call_open = True
