@@ -7,13 +7,15 @@ The switches
     sentinel (nonfinite.py) already checks every parameter gradient.
 
 Cost
-    The per-parameter norms come from the same data the NaN/Inf check reads: the
-    small CPU gradients through its one flattened copy, squared and summed per
-    parameter (``segment_reduce``: one kernel, where a norm per tensor costs ~2 µs
-    each on a CPU), the others through the ``_foreach_norm`` it takes anyway. The
-    per-layer sums are one ``index_add_``; the largest parameter norm, the smallest
-    layer norm and the NaN/Inf total leave the device in one transfer. The
-    segment lengths and layer indices are kept until the model's parameters change.
+    It replaces the NaN/Inf check's reads of the gradients (its NaN/Inf total comes
+    out of the same sums): the small CPU gradients through one flattened copy, the
+    others through one ``_foreach_norm``. Exploding alone needs only the small
+    ones' joint norm (a bound on each one's) and the large ones' largest; their
+    per-parameter sums (``segment_reduce``: one kernel, where a norm per tensor
+    costs ~2 µs each on a CPU) are taken when that bound is crossed or vanishing
+    is on, with per-layer sums (one ``index_add_``). What is compared leaves the
+    device in one transfer. The segment lengths and layer indices are kept until
+    the model's parameters change.
 
 The stop
     It names the parameter (exploding: the largest norm; vanishing: the smallest of
@@ -77,33 +79,51 @@ class HealthCheck:
     def check(self, flat: Sequence[torch.Tensor], flat_names: list[str], norm: Sequence[torch.Tensor],
               norm_names: list[str], root_grads: Sequence[torch.Tensor],
               health: GradientHealth) -> tuple[bool, Finding | None]:
-        """(all finite, the threshold crossed if any): one transfer from the device."""
+        """(all finite, the threshold crossed if any): one transfer from the device.
+
+        The small gradients' norms are summed per parameter only when needed: for the vanishing
+        switch, or when their joint norm (a bound on each one's) is above the exploding threshold.
+        """
         layout = self._layout_for(flat, flat_names, norm, norm_names)
-        squares = []
-        finite_parts = []
-        if flat:
-            buffer = torch._C._nn.flatten_dense_tensors(list(flat)).float()
-            square = buffer.square()
-            squares.append(torch.segment_reduce(square, "sum", lengths=layout.lengths))
-        if norm:
-            norms = torch._foreach_norm(list(norm), dtype=torch.float32)
-            squares.append(torch.stack(norms).square())
+        device = flat[0].device if flat else norm[0].device
+        buffer = torch._C._nn.flatten_dense_tensors(list(flat)).float() if flat else None
+        large = torch.stack(torch._foreach_norm(list(norm), dtype=torch.float32)).square() if norm else None
+        per_param = per_layer = None
+        summary = []
+        if health.vanishing is not None:
+            per_param = self._per_param(buffer, large, layout)
+            per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype,
+                                    device=device).index_add_(0, layout.layer_of, per_param)
+            summary += [per_param.sum().reshape(1), per_param.max().reshape(1), per_layer.min().reshape(1)]
+        else:  # the small ones' joint squared norm, the large ones' largest
+            small = buffer.square().sum().reshape(1) if buffer is not None else torch.zeros(1, device=device)
+            big_sum = large.sum().reshape(1) if large is not None else torch.zeros(1, device=device)
+            big_max = large.max().reshape(1) if large is not None else torch.zeros(1, device=device)
+            summary += [small + big_sum, torch.maximum(small, big_max), torch.full((1,), math.inf, device=device)]
         for grad in root_grads:  # the gradient reaching the model output: NaN/Inf only
-            finite_parts.append(grad.detach().sum(dtype=torch.float32).reshape(1))
-        per_param = squares[0] if len(squares) == 1 else torch.cat(squares)
-        per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype,
-                                device=per_param.device).index_add_(0, layout.layer_of, per_param)
-        summary = [per_param.sum().reshape(1), per_param.max().reshape(1), per_layer.min().reshape(1)]
-        for part in finite_parts:
-            summary.append(part.to(per_param.device))
+            summary.append(grad.detach().sum(dtype=torch.float32).reshape(1).to(device))
         total, largest, smallest, *root = torch.cat(summary).tolist()
         if not math.isfinite(total + sum(root)):
             return False, None
-        if health.exploding is not None and largest > health.exploding ** 2:
-            return True, self._exploding(per_param, layout, health.exploding)
-        if health.vanishing is not None and smallest < health.vanishing ** 2:
-            return True, self._vanishing(per_param, per_layer, layout, health.vanishing)
+        exploding, vanishing = health.exploding, health.vanishing
+        if exploding is not None and largest > exploding ** 2:
+            if per_param is None:  # the bound is crossed: each parameter's own norm decides
+                per_param = self._per_param(buffer, large, layout)
+            if float(per_param.max()) > exploding ** 2:
+                return True, self._exploding(per_param, layout, exploding)
+        if vanishing is not None and per_param is not None and per_layer is not None and smallest < vanishing ** 2:
+            return True, self._vanishing(per_param, per_layer, layout, vanishing)
         return True, None
+
+    @staticmethod
+    def _per_param(buffer: torch.Tensor | None, large: torch.Tensor | None, layout: "_Layout") -> torch.Tensor:
+        """Each parameter's squared gradient norm, in ``layout.names`` order."""
+        parts = []
+        if buffer is not None:
+            parts.append(torch.segment_reduce(buffer.square(), "sum", lengths=layout.lengths))
+        if large is not None:
+            parts.append(large)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _layout_for(self, flat: Sequence[torch.Tensor], flat_names: list[str], norm: Sequence[torch.Tensor],
                     norm_names: list[str]) -> _Layout:

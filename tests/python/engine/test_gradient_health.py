@@ -119,3 +119,21 @@ def test_the_cli_takes_the_thresholds():
     assert (args.break_on_exploding, args.break_on_vanishing) == (100.0, 1e-7)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--break-on-exploding", "-3", "train.py"])
+
+
+def test_exploding_is_each_parameter_s_norm_not_their_sum(setup):
+    """The small gradients' joint norm only bounds each one's: above the threshold it must not stop by itself."""
+    model, engine, events = setup
+    torch.manual_seed(5)
+    step(model)
+    norms = sorted(float(p.grad.norm()) for p in model.parameters())
+    joint = sum(n * n for n in norms) ** 0.5
+    assert joint > norms[-1] * 1.01
+    engine.set_gradient_health((norms[-1] + joint) / 2, None)  # above every parameter's norm, below their joint one
+    torch.manual_seed(5)
+    step(model)  # the same gradients
+    assert hits(events) == []
+    engine.set_gradient_health(norms[-1] * 0.99, None)
+    torch.manual_seed(5)
+    step(model)
+    assert len(hits(events)) == 1
