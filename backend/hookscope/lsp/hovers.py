@@ -7,6 +7,7 @@ from lsprotocol import types
 from .analysis import LayerDefinition, Span
 from .documents import DocumentState, RangeConverter
 from .live import LiveSummary, format_number
+from .markdown import escape_markdown as text
 
 MAX_LIVE_ROWS = 8
 
@@ -37,10 +38,12 @@ def _layer_at(state: DocumentState, line: int, col: int) -> tuple[LayerDefinitio
 
 
 def hover_markdown(layer: LayerDefinition, summaries: list[LiveSummary]) -> str:
+    """Names from the file and the running model go in through ``text`` (a ``ModuleDict`` key can hold
+    any string); the constructor's text is one line (``_shorten``), so it cannot close its code block."""
     origin = "defined in this file" if layer.user_defined else "torch.nn"
-    owner = f" in `{layer.owner}`" if layer.owner else ""
+    owner = f" in {text(layer.owner)}" if layer.owner else ""
     parts = [
-        f"**{layer.display_name}** · `{layer.cls}` ({origin}){owner}",
+        f"**{text(layer.display_name)}** · {text(layer.cls)} ({origin}){owner}",
         f"```python\n{layer.constructor_text}\n```",
     ]
     if layer.inplace:
@@ -49,7 +52,7 @@ def hover_markdown(layer: LayerDefinition, summaries: list[LiveSummary]) -> str:
         rows = ["| module | output shape | mean | std | NaN | grad norm |", "|---|---|---|---|---|---|"]
         for summary in summaries[:MAX_LIVE_ROWS]:
             rows.append(
-                f"| `{summary.name or '(root)'}` | {summary.shape or '–'} | {format_number(summary.mean)} | "
+                f"| {text(summary.name or '(root)')} | {text(summary.shape or '–')} | {format_number(summary.mean)} | "
                 f"{format_number(summary.std)} | {summary.nan if summary.nan is not None else '–'} | "
                 f"{format_number(summary.grad_norm)} |"
             )

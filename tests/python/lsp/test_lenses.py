@@ -152,7 +152,7 @@ async def test_live_summaries_change_lens_titles_and_hovers(client: LanguageClie
     )
     assert hover is not None
     value = hover.contents.value  # type: ignore[union-attr]
-    assert "`Conv2d`" in value and "[8, 8, 32, 32]" in value and "| 3 |" in value and "0.0123" in value
+    assert "· Conv2d (torch.nn)" in value and "\\[8\\, 8\\, 32\\, 32\\]" in value and "| 3 |" in value and "0.0123" in value
 
     # an empty payload clears: titles go back
     client.protocol.notify("hookscope/liveSummaries", {"layers": {}})
@@ -184,7 +184,7 @@ async def test_hover_on_definition_shows_class_and_arguments(client: LanguageCli
     )
     assert hover is not None
     value = hover.contents.value  # type: ignore[union-attr]
-    assert "**stem**" in value and "`Conv2d`" in value and "in `Net`" in value
+    assert "**stem** · Conv2d (torch.nn) in Net" in value
     assert "torch.nn.Conv2d(3, 16, kernel_size=3, padding=1)" in value
     assert hover.range.start == types.Position(line=line, character=column)
 
@@ -193,7 +193,7 @@ async def test_hover_on_definition_shows_class_and_arguments(client: LanguageCli
         types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri),
                           position=types.Position(line=block_line, character=text.splitlines()[block_line].index("block") + 1))
     )
-    assert hover is not None and "`ConvBlock` (defined in this file)" in hover.contents.value  # type: ignore[union-attr]
+    assert hover is not None and "· ConvBlock (defined in this file)" in hover.contents.value  # type: ignore[union-attr]
 
     nothing = await client.text_document_hover_async(
         types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=1))
