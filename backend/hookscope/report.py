@@ -118,7 +118,7 @@ class Report:
             image = hit.get("image")
             if image:
                 parts.append(f"<p><img src='{esc(image['file'])}' alt='feature map of "
-                             f"{esc(str(hit.get('layer')))}' width='{image.get('width') or ''}'></p>")
+                             f"{esc(str(hit.get('layer')))}' width='{esc(str(image.get('width') or ''))}'></p>")
         if not self.hits:
             parts.append("<p>No layer breakpoint fired.</p>")
         parts.append("</body></html>")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +91,19 @@ def test_report_page_lists_hits_and_images(tmp_path):
     assert "conv&lt;1&gt;" in page and "hit-1.png" in page and "class='bad'" in page
     assert (tmp_path / "hit-1.png").read_bytes() == b"\x89PNGdata"
     assert '"layer": "conv<1>"' in (tmp_path / "report.json").read_text(encoding="utf-8")
+
+
+def test_report_page_keeps_hostile_names_and_messages_as_text(tmp_path):
+    hostile = "evil](https://x.example/a.png) <img src=x onerror=alert(1)> **b** ' onerror='alert(2)"
+    report = Report(str(tmp_path), ["train.py", hostile])
+    report.add_model({"id": hostile, "name": hostile, "cls": hostile, "params": 1, "modules": [{"name": hostile}]})
+    report.add_notice({"level": hostile, "message": hostile})
+    hit = {"type": "hit", "layer": hostile, "phase": hostile, "reason": hostile, "origin": hostile, "step": hostile,
+           "summaries": [{"path": hostile, "shape": hostile, "dtype": hostile, "note": hostile}]}
+    report.add_hit(hit, {"png": b"\x89PNG", "width": hostile, "height": 4, "meta": {}})
+    page = Path(report.write()).read_text(encoding="utf-8")
+    assert "<img src=x" not in page and "onerror='" not in page
+    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 10
+    # the only images and tags are the page's own
+    assert re.findall(r"<img\b[^>]*>", page) == [f"<img src='hit-1.png' alt='feature map of {html.escape(hostile)}' "
+                                                  f"width='{html.escape(hostile)}'>"]
