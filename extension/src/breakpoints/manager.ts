@@ -7,11 +7,11 @@ import * as vscode from 'vscode';
 import type { BackendHub } from '../backend/hub';
 import type { ExtensionLog } from '../common/log';
 import { StateKeys } from '../constants';
+import { writeBreakpointHover } from './hoverText';
 import { layersAtLine, type LayerRef } from './lineMapping';
 import {
   BreakpointModel,
   breakpointStatuses,
-  describeCondition,
   phaseChoiceOf,
   type BreakpointStatus,
   type LayerBreakpoint,
@@ -190,15 +190,8 @@ export class LayerBreakpointManager implements vscode.Disposable {
     for (const bp of this.model.inDocument(uri)) {
       if (bp.line >= editor.document.lineCount) continue;
       const status = this.statuses.get(bp.id);
-      const condition = describeCondition(bp);
-      const hover = new vscode.MarkdownString(
-        `**Layer breakpoint** (${phaseChoiceOf(bp.phases)})${condition ? ` — ${condition}` : ''}` +
-          (bp.layer ? `\n\nlayer \`${bp.layer}\`` : '') +
-          (bp.instance ? `\n\nstops only in \`${bp.instance}\` (the instance chosen among the layers this line stands for)` : '') +
-          (status?.layers.length ? `\n\nmatches: ${status.layers.map((l) => `\`${l}\``).join(', ')}` : '') +
-          (status?.problem ? `\n\n$(warning) ${status.problem}` : ''),
-        true,
-      );
+      const hover = new vscode.MarkdownString('', true);
+      writeBreakpointHover(hover, bp, status);
       const option = { range: new vscode.Range(bp.line, 0, bp.line, 0), hoverMessage: hover };
       (!bp.enabled ? disabled : status?.problem ? warning : normal).push(option);
     }

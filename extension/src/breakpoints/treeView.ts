@@ -4,6 +4,7 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { Commands, Views } from '../constants';
+import { writeProblemTooltip } from './hoverText';
 import type { LayerBreakpointManager } from './manager';
 import { describeCondition, describeInstances, phaseChoiceOf, type LayerBreakpoint } from './model';
 
@@ -53,7 +54,9 @@ export class LayerBreakpointsView implements vscode.TreeDataProvider<LayerBreakp
     item.checkboxState = bp.enabled ? vscode.TreeItemCheckboxState.Checked : vscode.TreeItemCheckboxState.Unchecked;
     if (status?.problem) {
       item.iconPath = new vscode.ThemeIcon('warning', new vscode.ThemeColor('list.warningForeground'));
-      item.tooltip = new vscode.MarkdownString(`$(warning) **${status.problem}**\n\n${bp.file ? `${bp.file}:${bp.line + 1}` : bp.layer ?? ''}`, true);
+      const tooltip = new vscode.MarkdownString('', true);
+      writeProblemTooltip(tooltip, bp, status.problem);
+      item.tooltip = tooltip;
     } else {
       item.iconPath = new vscode.ThemeIcon(bp.enabled ? 'debug-breakpoint-data' : 'debug-breakpoint-data-unverified');
       item.tooltip = [
