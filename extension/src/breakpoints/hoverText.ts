@@ -1,25 +1,32 @@
 // The Markdown of a layer breakpoint's gutter hover and of its tree row's warning tooltip.
-// Kept apart from vscode (it only writes into a MarkdownString) so unit tests can check it.
+// Layer names, conditions and problems come from the user or the running model (a ModuleDict
+// key can be any string): they go in with appendText, which escapes Markdown and theme icons,
+// never with appendMarkdown. Kept apart from vscode so unit tests can check the value.
 
-import type * as vscode from 'vscode';
 import { describeCondition, phaseChoiceOf, type BreakpointStatus, type LayerBreakpoint } from './model';
 
 /** The part of vscode.MarkdownString written here. */
-export type MarkdownSink = Pick<vscode.MarkdownString, 'appendMarkdown' | 'appendText'>;
+export interface MarkdownSink {
+  appendMarkdown(value: string): MarkdownSink;
+  appendText(value: string): MarkdownSink;
+}
 
 /** The gutter hover (a MarkdownString with theme icons on). */
 export function writeBreakpointHover(md: MarkdownSink, bp: LayerBreakpoint, status: BreakpointStatus | undefined): void {
   const condition = describeCondition(bp);
-  md.appendMarkdown(
-    `**Layer breakpoint** (${phaseChoiceOf(bp.phases)})${condition ? ` — ${condition}` : ''}` +
-      (bp.layer ? `\n\nlayer \`${bp.layer}\`` : '') +
-      (bp.instance ? `\n\nstops only in \`${bp.instance}\` (the instance chosen among the layers this line stands for)` : '') +
-      (status?.layers.length ? `\n\nmatches: ${status.layers.map((l) => `\`${l}\``).join(', ')}` : '') +
-      (status?.problem ? `\n\n$(warning) ${status.problem}` : ''),
-  );
+  md.appendMarkdown(`**Layer breakpoint** (${phaseChoiceOf(bp.phases)})`);
+  if (condition) md.appendMarkdown(' — ').appendText(condition);
+  if (bp.layer) md.appendMarkdown('\n\nlayer ').appendText(bp.layer);
+  if (bp.instance) {
+    md.appendMarkdown('\n\nstops only in ').appendText(bp.instance);
+    md.appendMarkdown(' (the instance chosen among the layers this line stands for)');
+  }
+  if (status?.layers.length) md.appendMarkdown('\n\nmatches: ').appendText(status.layers.join(', '));
+  if (status?.problem) md.appendMarkdown('\n\n$(warning) ').appendText(status.problem);
 }
 
 /** The tree row's tooltip when the breakpoint has a problem (a MarkdownString with theme icons on). */
 export function writeProblemTooltip(md: MarkdownSink, bp: LayerBreakpoint, problem: string): void {
-  md.appendMarkdown(`$(warning) **${problem}**\n\n${bp.file ? `${bp.file}:${bp.line + 1}` : bp.layer ?? ''}`);
+  md.appendMarkdown('$(warning) **').appendText(problem);
+  md.appendMarkdown('**\n\n').appendText(bp.file ? `${bp.file}:${bp.line + 1}` : bp.layer ?? '');
 }
