@@ -90,6 +90,31 @@ def train(model: nn.Module, data: list, on_step: Callable[[int], None] | None = 
     return losses
 
 
+STEPS = 24
+
+
+def baseline(model_factory: Callable[[], nn.Module], steps: int = STEPS,
+             data: list | None = None) -> tuple[list[float], dict]:
+    """Losses and final parameters of the same training without Hookscope."""
+    torch.manual_seed(0)
+    model = model_factory()
+    losses = train(model, data if data is not None else batches(steps))
+    return losses, params_of(model)
+
+
+def arm_everything(conn: Any, model_id: str = "m1") -> None:
+    """Breakpoints on every phase that never pause (no debugger: logged), a watch, break on NaN."""
+    from hookscope import protocol
+
+    resolved = conn.request("setBreakpoints", breakpoints=[
+        {"id": "all", "layer": "*", "phases": list(protocol.PHASES),
+         "condition": {"kind": "absmax_above", "threshold": 1e30}},
+    ])["resolved"]
+    assert resolved and resolved[0]["layers"], resolved
+    conn.request("setBreakOnNonFinite", enabled=True)
+    conn.request("watch", model=model_id, layers=["conv", "shared", "head"], rateHz=1000)
+
+
 def params_of(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 

@@ -25,28 +25,8 @@ from hookscope import handshake, protocol
 from hookscope.agent import SILENCE_LIMIT_S
 from hookscope.engine import Engine
 
-from reliability_support import (SmallNet, assert_same_training, batches, global_hook_count, hook_count, params_of,
-                      train, wait_until)
-
-STEPS = 24
-
-
-def baseline(model_factory, steps: int = STEPS) -> tuple[list[float], dict]:
-    torch.manual_seed(0)
-    model = model_factory()
-    losses = train(model, batches(steps))
-    return losses, params_of(model)
-
-
-def _arm_everything(conn, model_id: str = "m1") -> None:
-    """Breakpoints on every phase that never pause (no debugger: logged), a watch, break on NaN."""
-    resolved = conn.request("setBreakpoints", breakpoints=[
-        {"id": "all", "layer": "*", "phases": list(protocol.PHASES),
-         "condition": {"kind": "absmax_above", "threshold": 1e30}},
-    ])["resolved"]
-    assert resolved and resolved[0]["layers"], resolved
-    conn.request("setBreakOnNonFinite", enabled=True)
-    conn.request("watch", model=model_id, layers=["conv", "shared", "head"], rateHz=1000)
+from reliability_support import (STEPS, SmallNet, arm_everything, assert_same_training, baseline, batches,
+                                 global_hook_count, hook_count, params_of, train, wait_until)
 
 
 def test_editor_closes_mid_run_hooks_removed_training_unchanged_and_reconnect(link, live_agent):
@@ -57,7 +37,7 @@ def test_editor_closes_mid_run_hooks_removed_training_unchanged_and_reconnect(li
     a = live_agent(link, model)
     conn = link.wait_connection(20)
     conn.wait_event("modelAdded", timeout=20)
-    _arm_everything(conn)
+    arm_everything(conn)
     data = batches(STEPS)
     timings: dict[str, float] = {}
 
@@ -97,7 +77,7 @@ def test_silent_editor_hooks_removed_within_the_silence_limit(link, live_agent):
     a = live_agent(link, model)
     conn = link.wait_connection(20)
     conn.wait_event("modelAdded", timeout=20)
-    _arm_everything(conn)
+    arm_everything(conn)
     wait_until(lambda: a._editor_answers_pings, what="a heartbeat to be answered")
     data = batches(STEPS)
     gate = threading.Event()
