@@ -34,6 +34,7 @@ from hookscope.leaf_hooks import LeafHooks
 from hookscope.nonfinite import REARM_RULE, NonFiniteWatch
 from hookscope.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
 from hookscope.render_subject import Subject
+from hookscope.removed_hooks import CALLED_WITHOUT_KWARGS
 from hookscope.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, SummaryBudget
 
 log = logging.getLogger("hookscope")
@@ -678,8 +679,8 @@ class Engine:
     def _watch_hook(self, watch: _LayerWatch) -> Callable[..., None]:
         key = (watch.model, watch.layer)
 
-        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
-            if REPLAY.depth or not watch.active:  # armed means due: _arm_due decided
+        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any = CALLED_WITHOUT_KWARGS) -> None:
+            if REPLAY.depth or not watch.active or output is CALLED_WITHOUT_KWARGS:  # armed means due: _arm_due decided
                 return
             started = time.perf_counter()  # the budget counts the whole sample, hook removal included
             watch.next_due = self._next_sample_at(watch)
@@ -947,8 +948,8 @@ class Engine:
             self._root_handles.pop(model_id).remove()
 
     def _root_pre(self, model_id: str) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-            if REPLAY.depth:
+        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> None:
+            if REPLAY.depth or kwargs is CALLED_WITHOUT_KWARGS:  # removed_hooks
                 return
             self._steps[model_id] = self._steps.get(model_id, 0) + 1
             self._last_args[model_id] = (args, kwargs)

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from hookscope.conditions import REPLAY
+from hookscope.removed_hooks import CALLED_WITHOUT_KWARGS
 
 log = logging.getLogger("hookscope")
 
@@ -177,8 +178,10 @@ class BreakpointOutputs:
         self._too_large.pop(key, None)
 
     def _hook(self, key: tuple[str, str], replay: bool = False) -> Callable[..., None]:
-        def keep_output(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
-            if (REPLAY.depth and not replay) or key not in self._handles:  # Hookscope's own passes; a hook being removed
+        def keep_output(module: nn.Module, args: tuple, kwargs: dict[str, Any],
+                        output: Any = CALLED_WITHOUT_KWARGS) -> None:
+            # Hookscope's own passes; a hook being removed (removed_hooks: torch may call it without kwargs)
+            if (REPLAY.depth and not replay) or key not in self._handles or output is CALLED_WITHOUT_KWARGS:
                 return
             try:
                 self._store(key, keep_call(module, args, kwargs, output, self._step_of(key[0])))

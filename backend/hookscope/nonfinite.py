@@ -103,6 +103,7 @@ from hookscope.grad_health import Finding, GradientHealth, HealthCheck
 from hookscope.leaf_hooks import hook_gradient
 from hookscope.module_tensors import STRUCTURE, ModuleTensors, flattens
 from hookscope.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
+from hookscope.removed_hooks import CALLED_WITHOUT_KWARGS
 from hookscope.stop_location import module_calls
 from hookscope.stop import BreakpointHit
 from hookscope.summaries import all_finite, tensors_in
@@ -260,8 +261,9 @@ class RootSentinel:
 
     # -- steady state --------------------------------------------------------
 
-    def _pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-        if not self.active or REPLAY.depth or (self.parent is not None and self.parent._call_open):
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> None:
+        if (not self.active or REPLAY.depth or kwargs is CALLED_WITHOUT_KWARGS  # removed_hooks
+                or (self.parent is not None and self.parent._call_open)):
             return
         try:
             self._forwards += 1
@@ -296,8 +298,9 @@ class RootSentinel:
         self._buffer_ids = ids
         self._buffer_snapshot = [b.detach().clone() for b in buffers]
 
-    def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
-        if not self.active or REPLAY.depth or not self._call_open:
+    def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any],
+              output: Any = CALLED_WITHOUT_KWARGS) -> None:
+        if not self.active or REPLAY.depth or not self._call_open or output is CALLED_WITHOUT_KWARGS:
             return
         self._call_open = False
         try:

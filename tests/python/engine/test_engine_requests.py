@@ -67,6 +67,29 @@ def test_a_shutdown_inside_the_first_forward_leaves_no_shape_hook():
     assert hooks_left(model) == []
 
 
+@pytest.mark.parametrize("where", [{"layer": "fc1", "phases": ["forward"]}, {"cls": "Net", "phases": ["forward_pre"]},
+                                   {"cls": "Net", "phases": ["forward"]}])
+def test_a_shutdown_while_stopped_in_a_hook_never_raises_into_training(where):
+    """The editor goes away while the program is stopped in a layer breakpoint's hook. torch's loop over
+    that module's hooks already holds Hookscope's later ones; removing them takes them out of the
+    module's ``with_kwargs`` set, so torch calls them without ``kwargs``: they must stay quiet."""
+    torch.manual_seed(0)
+    model = Net()
+    engine = Engine(lambda event: None)
+    engine.add_model("m", model)
+    removed: list[int] = []
+    # registered first: the watch, break on NaN and the engine's root hook come after it in each loop
+    engine.set_breakpoints([{"id": "p", **where, "callback": lambda hit: removed or removed.append(engine.shutdown())}])
+    req(engine, "setBreakOnNonFinite", enabled=True)
+    req(engine, "watch", layers=["fc1"], rateHz=1000.0)
+    x, y = batch(0)
+    nn.functional.cross_entropy(model(x), y).backward()  # raised TypeError: hook() missing ... 'output'
+    assert removed and removed[0] > 0
+    assert hooks_left(model) == []
+    step(model, 1)
+    assert hooks_left(model) == []
+
+
 def test_watch_streams_forward_and_backward_summaries(setup):
     model, engine, events = setup
     assert req(engine, "watch", layers=["fc1", "layer1.0"], rateHz=1000.0) == {"layers": ["fc1", "layer1.0"]}
