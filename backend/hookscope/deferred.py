@@ -71,6 +71,7 @@ from hookscope.conditions import REPLAY, Condition, HookEvent
 from hookscope.copy_safety import is_hookscope_hook
 from hookscope.leaf_hooks import LeafHooks, hook_gradient
 from hookscope.module_tensors import FLATTEN_MAX_NUMEL, STRUCTURE, ModuleTensors
+from hookscope.removed_hooks import CALLED_WITHOUT_KWARGS
 from hookscope.step_snapshot import CallSnapshot, state_kept
 from hookscope.stop import BreakpointHit
 from hookscope.summaries import tensors_in
@@ -678,8 +679,8 @@ class _Recorder:
     # These run once per step, so loops replace comprehensions and small helpers are written out:
     # under a debugger each Python call is traced (~2.5 µs here).
 
-    def _pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-        if REPLAY.depth or self.open:
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> None:
+        if REPLAY.depth or self.open or kwargs is CALLED_WITHOUT_KWARGS:
             return
         try:
             calls = self.calls
@@ -693,8 +694,9 @@ class _Recorder:
         except Exception as exc:  # noqa: BLE001
             self.owner.failed(None, "", exc)
 
-    def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
-        if REPLAY.depth or not self.open:
+    def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any],
+              output: Any = CALLED_WITHOUT_KWARGS) -> None:
+        if REPLAY.depth or not self.open or output is CALLED_WITHOUT_KWARGS:
             return
         self.open = False
         if not self.calls:

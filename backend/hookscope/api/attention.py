@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..removed_hooks import CALLED_WITHOUT_KWARGS
 from .capture import detach_tree, first_tensor
 from .hookset import HookSet
 from .select import LayerSpec, select_modules
@@ -68,7 +69,10 @@ class AttentionCapture(Mapping[str, Tensor]):
 
     @staticmethod
     def _ask_for_weights(asked: list[tuple[bool, bool]]) -> Any:
-        def request_weights(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        def request_weights(module: nn.Module, args: tuple[Any, ...],
+                            kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> Any:
+            if kwargs is CALLED_WITHOUT_KWARGS:
+                return None
             call = dict(kwargs)
             if len(args) > 3:  # move positional options into kwargs so they can be overridden
                 call.update(zip(_MHA_ARGS[3:], args[3:]))

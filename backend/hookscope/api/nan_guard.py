@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..conditions import REPLAY
+from ..removed_hooks import CALLED_WITHOUT_KWARGS
 from .hookset import HookSet
 
 Tensor = torch.Tensor
@@ -175,8 +176,9 @@ class NonFiniteGuard:
                 self.hooks.discard(h)
 
     def _forward_check(self, name: str, model: nn.Module) -> Any:
-        def check_output(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
-            if self._fired_forward:
+        def check_output(module: nn.Module, args: Any, kwargs: dict[str, Any],
+                         output: Any = CALLED_WITHOUT_KWARGS) -> None:
+            if self._fired_forward or output is CALLED_WITHOUT_KWARGS:
                 return
             bad = _bad(_tensors(output))
             if not bad:

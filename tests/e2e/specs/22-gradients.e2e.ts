@@ -39,7 +39,7 @@ describe('break on exploding gradients', function () {
     await trace.waitForEvent('extension activated', isEvent('activated'), { timeoutMs: 60_000 });
     await workbench.waitForStatusBar('gradients off', /Gradients: off/);
 
-    await workbench.runCommand('Hookscope: Break on NaN/Inf and Exploding/Vanishing Gradients');
+    await workbench.runCommand('Hookscope: Break on NaN/Inf and Exploding/Vanishing Gradients…');
     await workbench.pickQuickPickItem('Break on exploding gradients');
     const proposed = await workbench.answerInputBox('100');
     assert.equal(proposed, '100', 'the input box proposes a threshold');

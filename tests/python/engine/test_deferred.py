@@ -247,3 +247,24 @@ def test_a_value_changed_in_place_after_its_layer_is_still_caught(kind):
         if minimum == EXACT:
             exact = hits
     assert hits == exact
+
+
+def test_root_hooks_called_as_removed_hooks_stay_quiet():
+    """torch calls a ``with_kwargs`` hook that was removed while it looped over the module's hooks
+    without its kwargs (removed_hooks.py): the deferred root hooks must return, not raise."""
+    model = build(["tanh", "linear", "relu"], 0)
+    engine = Engine(lambda e: None, shapes=False)
+    engine.add_model("m", model)
+    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward", "backward"],
+                             "condition": {"kind": "absmax_above", "threshold": 1e30}}])
+    pre = [h for h in model._forward_pre_hooks.values() if "deferred" in getattr(h, "__module__", "")
+           or "deferred" in type(getattr(h, "__self__", None)).__module__]
+    post = [h for h in model._forward_hooks.values() if "deferred" in type(getattr(h, "__self__", None)).__module__]
+    assert pre and post, "the deferred path hooks the root"
+    engine.shutdown()
+    x = torch.randn(2, 4)
+    for hook in pre:
+        assert hook(model, (x,)) is None
+    for hook in post:
+        assert hook(model, (x,), model(x)) is None
+    assert hooks_left(model) == []
