@@ -544,7 +544,10 @@ RENDER_OPTIONS: dict[str, dict[str, _Bound]] = {
                                      lambda v: isinstance(v, (list, tuple)) and len(v) == 2
                                      and all(_int(1, 4096).ok(x) for x in v))},
     "gradientFlow": {"vanishing": _number(0.0, 1e30), "exploding": _number(0.0, 1e30),
-                     "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200)},
+                     "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200),
+                     "metric": _Bound("'mean' or 'norm'", lambda v: v in ("mean", "norm")),
+                     "highlight": _Bound("a layer name (at most 200 characters)",
+                                         lambda v: isinstance(v, str) and len(v) <= 200)},
 }
 """The options each ``render`` view accepts, and their bounds; anything else is refused."""
 

@@ -53,6 +53,16 @@ export class Workbench {
     await input.fill(`>${title}`);
     await this.waitForFocusedQuickPick(title, options);
     await this.page.keyboard.press('Enter');
+    await this.waitUntilAccepted(input, `>${title}`);
+  }
+
+  /**
+   * The quick input lingers a moment after Enter with what was typed: a quick pick or input box
+   * the accepted entry opens must not be mistaken for it.
+   */
+  private async waitUntilAccepted(input: Locator, typed: string): Promise<void> {
+    await waitFor(`the quick input to take "${typed}"`, async () =>
+      !(await input.isVisible()) || (await input.inputValue()) !== typed, { timeoutMs: 15_000 });
   }
 
   /**
@@ -89,6 +99,7 @@ export class Workbench {
     await input.fill(prefix + label);
     await this.waitForFocusedQuickPick(label);
     await this.page.keyboard.press('Enter');
+    await this.waitUntilAccepted(input, prefix + label);
   }
 
   /** An input box an extension shows (showInputBox): its current value, then `value` typed in and Enter. */

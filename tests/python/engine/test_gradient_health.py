@@ -9,6 +9,7 @@ from torch import nn
 from engine_models import hooks_left
 from hookscope.cli import build_parser
 from hookscope.engine import Engine
+from hookscope.protocol import check_bounds
 
 
 class Chain(nn.Module):
@@ -61,7 +62,9 @@ def test_exploding_names_the_parameter_with_the_largest_gradient_norm_and_shows_
     assert hit["view"] == "gradientFlow"
     assert hit["viewOptions"] == {"metric": "norm", "highlight": hit["layer"], "exploding": 100.0}
     # the view it names renders the step's per-layer norms, the stopped layer marked
-    image = engine.handle({"type": "render", "id": 2, "view": "gradientFlow", "options": hit["viewOptions"]})
+    render = {"type": "render", "id": 2, "view": "gradientFlow", "options": hit["viewOptions"]}
+    check_bounds(render)  # the panel asks with these options: the agent's bounds let them through
+    image = engine.handle(render)
     layers = {layer["name"]: layer for layer in image["meta"]["layers"]}
     assert layers[hit["layer"]]["status"] == "exploding" and image["meta"]["highlight"] == hit["layer"]
 
