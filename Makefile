@@ -63,7 +63,7 @@ package: build
 	$(NPM) run package
 
 protocol: setup-python
-	$(PY) -m hookscope.protocol_gen extension/src/protocol/messages.gen.ts
+	$(PY) -m hookscope.link.protocol_gen extension/src/protocol/messages.gen.ts
 
 demo: setup
 	$(PY) examples/demo.py

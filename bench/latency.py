@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "backend"))
 sys.path.insert(0, str(ROOT / "examples"))
 
 import hookscope  # noqa: E402
-from hookscope import codec  # noqa: E402
-from hookscope.editor_link import EditorLink, RequestError  # noqa: E402
+from hookscope.link import codec  # noqa: E402
+from hookscope.terminal.editor_link import EditorLink, RequestError  # noqa: E402
 
 from cnn import SmallCNN, make_batch  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Break on NaN/Inf at its floor: the per-step check's torch calls on the stack of ten, added one at a time.
 
-Per step, the sentinel (backend/hookscope/nonfinite.py) needs hooks on the
+Per step, the sentinel (backend/hookscope/engine/nonfinite.py) needs hooks on the
 model root, the RNG state (so a bad step replays exactly), a check of the
 forward output, a hook on the output's gradient that queues an
 end-of-backward callback, and a check of every gradient. Here those same
@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent / "backend"))
 sys.path.insert(0, str(HERE))
 
 import models  # noqa: E402
-from hookscope.engine import Engine  # noqa: E402
+from hookscope.engine.core import Engine  # noqa: E402
 from worker import timed_step  # noqa: E402
 
 PARTS = ("root hooks", "RNG state", "forward output check", "output-gradient hook + end-of-backward callback",

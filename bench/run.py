@@ -30,8 +30,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "backend"))
 
 from hookscope import bootstrap  # noqa: E402
-from hookscope.dap_client import DapClient  # noqa: E402
-from hookscope.editor_link import EditorLink  # noqa: E402
+from hookscope.terminal.dap_client import DapClient  # noqa: E402
+from hookscope.terminal.editor_link import EditorLink  # noqa: E402
 
 from configs import SIDE_BY_SIDE, requests_for  # noqa: E402
 

@@ -1,7 +1,7 @@
 """How long debugpy's Variables view takes to expand a frame holding a big tensor.
 
 For each case a small program makes one tensor and pauses in
-``debugpy.breakpoint()``; a DAP client (``hookscope.dap_client``, the way
+``debugpy.breakpoint()``; a DAP client (``hookscope.terminal.dap_client``, the way
 VS Code asks) then times the ``variables`` request of the frame's locals,
 which builds every value's text. Two presentations:
 
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "backend"))
 
 from hookscope import bootstrap  # noqa: E402
-from hookscope.dap_client import DapClient  # noqa: E402
+from hookscope.terminal.dap_client import DapClient  # noqa: E402
 
 TARGET_MS = 100.0
 DEADLINE = 600.0

@@ -143,7 +143,7 @@ ORDER_SEED = 7
 def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
     """Median step time per configuration and model, the configurations taking turns every
     BLOCK_STEPS steps (the first round is the warm-up); at least ``steps`` timed steps each."""
-    from hookscope import agent
+    from hookscope.link import agent
 
     deadline = time.monotonic() + 60
     while (agent.current() is None or agent.current().engine is None) and time.monotonic() < deadline:

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope import inventory, visuals
+from hookscope import visuals
+from hookscope.hooks import inventory
 
 
 class TinyCNN(nn.Module):

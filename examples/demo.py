@@ -16,7 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPORT = HERE.parent / ".hookscope-report"
-HOOKSCOPE = [sys.executable, "-m", "hookscope.cli", "run"]
+HOOKSCOPE = [sys.executable, "-m", "hookscope.terminal.cli", "run"]
 
 
 def banner(text: str) -> None:

@@ -1,19 +1,24 @@
 """Hookscope: PyTorch hooks as debugger features.
 
 The public API works with no editor at all; the agent (started by the
-editor's bootstrap, by ``python -m hookscope.launch`` or by ``connect()``)
+editor's bootstrap, by ``python -m hookscope.debugger.launch`` or by ``connect()``)
 adds layer breakpoints and live summaries inside a debug session.
 Heavy modules (torch) load lazily so ``import hookscope`` stays cheap.
 """
 
 from __future__ import annotations
 
+import os
+
 __version__ = "0.1.0"
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""Hookscope's own source folder, every room included: frames and calls from here are never the user's."""
 
 
 def connect(addr: str | None = None, token: str | None = None, timeout: float | None = None):
-    """Connect this process to the Hookscope editor (attach cases); see ``hookscope.agent.connect``."""
-    from .agent import connect as _connect
+    """Connect this process to the Hookscope editor (attach cases); see ``hookscope.link.agent.connect``."""
+    from hookscope.link.agent import connect as _connect
 
     return _connect(addr, token, timeout)
 
@@ -27,7 +32,7 @@ _API_NAMES = frozenset((
     "mean_ablate", "remove_all", "scale_output", "scope", "select_modules", "stop_on_nonfinite",
     "zero_channels",
 ))
-_LAZY_SUBMODULES = frozenset(("api", "visuals", "interventions", "inventory"))
+_LAZY_SUBMODULES = frozenset(("api", "visuals"))
 
 
 def __getattr__(name: str):
@@ -36,7 +41,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "list_hooks":
-        from .inventory import list_hooks
+        from hookscope.hooks.inventory import list_hooks
 
         return list_hooks
     if name in _LAZY_SUBMODULES:

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from hookscope import agent as agent_mod
-from hookscope import codec, handshake, protocol
-from hookscope.agent import Agent, OutgoingQueue
-from hookscope.editor_link import EditorLink, RequestError
+from hookscope.link import agent as agent_mod
+from hookscope.link import codec, handshake, protocol
+from hookscope.link.agent import Agent, OutgoingQueue
+from hookscope.terminal.editor_link import EditorLink, RequestError
 
 
 class FakeEngine:
-    """Stands in for hookscope.engine.Engine: records calls, answers two requests."""
+    """Stands in for hookscope.engine.core.Engine: records calls, answers two requests."""
 
     instances: list["FakeEngine"] = []
 

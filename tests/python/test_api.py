@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope import inventory
+from hookscope.hooks import inventory
 
 
 class SmallCNN(nn.Module):

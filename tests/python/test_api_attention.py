@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope import inventory
+from hookscope.hooks import inventory
 
 
 def no_hooks(model: nn.Module) -> bool:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hookscope.cli import SpecError, parse_spec
-from hookscope.report import Report
+from hookscope.terminal.cli import SpecError, parse_spec
+from hookscope.terminal.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,14 +64,14 @@ def test_bad_specs(text, message):
     (["walk"], "invalid choice"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args, message):
-    result = subprocess.run([sys.executable, "-m", "hookscope.cli", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "hookscope.terminal.cli", *args], capture_output=True, text=True,
                             timeout=60, cwd=ROOT)
     assert result.returncode == 2
     assert message in result.stderr
 
 
 def test_help_documents_the_spec_syntax():
-    result = subprocess.run([sys.executable, "-m", "hookscope.cli", "run", "--help"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "hookscope.terminal.cli", "run", "--help"], capture_output=True,
                             text=True, timeout=60, cwd=ROOT)
     assert result.returncode == 0
     for needle in ("WHERE[:PHASES]", "grad_norm>X", "model.py:42", "--stop-on-hit"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import gc
 import weakref
 from pathlib import Path
@@ -10,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from hookscope import discovery
-from hookscope.discovery import Discovery
+from hookscope.engine import discovery
+from hookscope.engine.discovery import Discovery
 
 HERE = Path(__file__).resolve()
 
@@ -243,3 +244,19 @@ def test_layers_inside_a_container_under_construction_wait_for_it(recorder):
     recorder.discovery.poll(min_age=0)
     assert seen == [[]]
     assert [tree["cls"] for _, _, tree in recorder.added] == ["Filling"] and recorder.reported(model)
+
+
+def test_every_room_of_hookscope_is_library_code_not_the_users():
+    """Modules built in Hookscope's own code (any room, however deep) are never recorded as the
+    user's: discovery and the NaN locator both read PACKAGE_DIR, the package's top folder."""
+    import pkgutil
+
+    import hookscope
+    from hookscope.engine import discovery
+
+    rooms = [m.name for m in pkgutil.iter_modules(hookscope.__path__) if m.ispkg]
+    assert {"engine", "hooks", "link", "debugger", "terminal"} <= set(rooms)
+    for room in rooms:
+        package = __import__(f"hookscope.{room}", fromlist=["_"])
+        assert discovery._is_library_file(os.path.abspath(package.__file__)), room
+    assert not discovery._is_library_file(os.path.abspath(__file__))

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope import inventory
-from hookscope.inventory import Inventory
+from hookscope.hooks import inventory
+from hookscope.hooks.inventory import Inventory
 
 
 def log_output(module, args, output):

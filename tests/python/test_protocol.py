@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hookscope import codec, protocol, protocol_gen
-from hookscope.protocol import ProtocolError
+from hookscope.link import codec, protocol, protocol_gen
+from hookscope.link.protocol import ProtocolError
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "tests" / "vectors"

@@ -1,5 +1,5 @@
-"""Unit tests of the tensor presentation (hookscope.tensor_repr), the pydevd type plugin and
-hookscope.inspector (publish / answer / release), without a debugger."""
+"""Unit tests of the tensor presentation (hookscope.debugger.tensor_repr), the pydevd type plugin and
+hookscope.debugger.inspector (publish / answer / release), without a debugger."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from hookscope import bootstrap, inspector, tensor_repr
-from hookscope.protocol import ProtocolError
+from hookscope import bootstrap
+from hookscope.debugger import inspector, tensor_repr
+from hookscope.link.protocol import ProtocolError
 
 PYDEVD = Path(__import__("debugpy").__file__).parent / "_vendored" / "pydevd"
 

@@ -3,7 +3,7 @@
 valid.json: message -> exact msgpack bytes (hex). Binary values are written
 as {"$bin": "<hex>"} in JSON. invalid.json: frame bytes (hex, header
 included) that a decoder must refuse, with the error code it must give.
-handshake.json: token, both nonces -> each role's proof (hookscope.handshake),
+handshake.json: token, both nonces -> each role's proof (hookscope.link.handshake),
 which the TypeScript side must compute to the same bytes.
 Regenerate with `.venv/bin/python tests/vectors/make_vectors.py` after a
 protocol change; test_protocol.py fails when the files are stale.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
-from hookscope import codec, handshake  # noqa: E402
-from hookscope.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION  # noqa: E402
+from hookscope.link import codec, handshake  # noqa: E402
+from hookscope.link.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

@@ -2,7 +2,7 @@
 
 ``zero_channels`` (ablation through a returned output), ``scale_output``,
 ``mean_ablate`` and ``input_noise`` (a forward pre-hook) wrap
-``hookscope.interventions``; each returns a handle that is a context
+``hookscope.engine.interventions``; each returns a handle that is a context
 manager. ``grad_cam`` takes activations from a forward hook and gradients
 from a full backward hook (see ``hookscope.visuals.gradcam``).
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from ..interventions import Interventions
+from hookscope.engine.interventions import Interventions
 from ..visuals.gradcam import GradCam, compute_grad_cam
 from .hookset import HookSet
 from .select import layer_name

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..removed_hooks import CALLED_WITHOUT_KWARGS
+from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
 from .capture import detach_tree, first_tensor
 from .hookset import HookSet
 from .select import LayerSpec, select_modules

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from .. import copy_safety, inventory
+from hookscope.hooks import copy_safety, inventory
 
 _LIVE: set[HookSet] = set()
 _LIVE_LOCK = threading.Lock()

@@ -26,8 +26,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..conditions import REPLAY
-from ..removed_hooks import CALLED_WITHOUT_KWARGS
+from hookscope.hooks.conditions import REPLAY
+from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
 from .hookset import HookSet
 
 Tensor = torch.Tensor
@@ -52,7 +52,7 @@ class NonFiniteEvent:
     candidates: list[str] = field(default_factory=list)
     """Every module that consumed the tensor, when several did (backward)."""
     op: Any = None
-    """Forward, born here: the op and the user's line (``hookscope.nan_origin.OpOrigin``), found by
+    """Forward, born here: the op and the user's line (``hookscope.engine.nan_origin.OpOrigin``), found by
     running the layer again under an op tracer; None when that run does not reproduce it."""
 
     @property
@@ -109,7 +109,7 @@ def _op_of(model: nn.Module, module: nn.Module, name: str, args: tuple, kwargs: 
     The RNG and the layer's buffers are put back afterwards, so training goes on as it would
     have; a layer that drew random numbers (dropout in train mode) may not reproduce it (None).
     """
-    from hookscope.nan_origin import OpTracer, named_tensors
+    from hookscope.engine.nan_origin import OpTracer, named_tensors
 
     prefix = f"{name}." if name else ""
     names = {i: prefix + n for i, n in named_tensors(module).items()}

@@ -75,7 +75,7 @@ def start(origin: str) -> None:
     try:
         use_own_hookscope()
         load_missing_libraries(os.environ.get(ENV_LIBS))
-        from hookscope import agent
+        from hookscope.link import agent
 
         agent.start_from_env(origin)
     except Exception as exc:  # the user's program comes first

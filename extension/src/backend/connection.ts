@@ -1,6 +1,6 @@
 // One debuggee process connected to the extension's server: handshake, typed requests, events.
 //
-// The handshake comes first (mirror of backend/hookscope/handshake.py): the backend's `hello`
+// The handshake comes first (mirror of backend/hookscope/link/handshake.py): the backend's `hello`
 // carries a fresh nonce, we answer with ours (`challenge`), the backend proves it holds one of
 // our session tokens (`proof`, an HMAC over both nonces: the token never crosses the socket),
 // we find which one in constant time and prove it back, and only then does the backend say

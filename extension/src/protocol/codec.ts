@@ -1,4 +1,4 @@
-// Framing and msgpack coding of Hookscope protocol messages (mirror of backend/hookscope/codec.py).
+// Framing and msgpack coding of Hookscope protocol messages (mirror of backend/hookscope/link/codec.py).
 //
 // A frame is a 4-byte big-endian length followed by one msgpack map. Every bound
 // is checked before any value is built: the frame length from the header alone,

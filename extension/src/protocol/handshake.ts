@@ -1,4 +1,4 @@
-// The proofs of the Hookscope handshake (mirror of backend/hookscope/handshake.py).
+// The proofs of the Hookscope handshake (mirror of backend/hookscope/link/handshake.py).
 //
 // Each side proves it holds the session token without sending it: an HMAC-SHA256 keyed by
 // the token over a label, the prover's role and both sides' fresh nonces. The shared vectors

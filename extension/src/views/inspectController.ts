@@ -1,7 +1,7 @@
 // "Show in Hookscope": from a variable in the Variables view (or a selected expression in the
 // editor) while paused, in the frame the user is looking at, to the Tensors panel.
 //
-// 1. DAP `evaluate` in that frame runs `hookscope.inspector.publish('<expr>', '<handle>')`
+// 1. DAP `evaluate` in that frame runs `hookscope.debugger.inspector.publish('<expr>', '<handle>')`
 //    (inspectExpression.ts), which keeps the tensor in the debuggee and answers with its pid.
 // 2. The connected process with that pid (in this debug session) answers `inspectValue`
 //    requests with the handle: summary, and the slice or feature-map image the panel asks for.

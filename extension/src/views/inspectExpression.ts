@@ -3,7 +3,7 @@
 //
 // The user's expression (a Variables view `evaluateName` such as `batch['image']` or
 // `out.logits[0]`, or a selection in the editor) never becomes code here: it travels as a
-// Python string literal to `hookscope.inspector.publish`, which compiles it in 'eval' mode in
+// Python string literal to `hookscope.debugger.inspector.publish`, which compiles it in 'eval' mode in
 // the frame. So `a, b`, a newline or an unbalanced bracket cannot turn into a different call.
 
 /** Longest expression accepted (a selection of a whole function is a mistake, not an expression). */
@@ -50,7 +50,7 @@ const HANDLE = /^[A-Za-z0-9_-]{1,64}$/;
 /** The `evaluate` expression that publishes `expression`'s value under `handle`. */
 export function publishExpression(expression: string, handle: string): string {
   if (!HANDLE.test(handle)) throw new Error(`bad handle ${JSON.stringify(handle)}`);
-  return `__import__('hookscope.inspector', fromlist=['publish']).publish(${pythonStringLiteral(expression)}, '${handle}')`;
+  return `__import__('hookscope.debugger.inspector', fromlist=['publish']).publish(${pythonStringLiteral(expression)}, '${handle}')`;
 }
 
 export type PublishResult =

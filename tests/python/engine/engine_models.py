@@ -143,7 +143,7 @@ def hooks_left(model: nn.Module) -> list[str]:
 
 def req(engine: Any, type_: str, **fields: Any) -> dict:
     """A request as the editor sends it: validated by the protocol, then handled by the engine."""
-    from hookscope import protocol
+    from hookscope.link import protocol
 
     message = {"type": type_, "id": 1, **fields}
     protocol.validate(message)

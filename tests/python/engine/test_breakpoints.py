@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from engine_models import Block, Net, batch, hooks_left, line_of, train
-from hookscope.engine import Engine
-from hookscope.stop import BreakpointHit
+from hookscope.engine.core import Engine
+from hookscope.debugger.stop import BreakpointHit
 
 
 @pytest.fixture
@@ -271,7 +271,7 @@ def test_replacing_and_shutdown_leave_no_hook(setup):
 
 
 def test_absmax_and_norm_of_odd_tensors():
-    from hookscope.conditions import _absmax, _norm
+    from hookscope.hooks.conditions import _absmax, _norm
     assert _absmax([torch.tensor([1.0, -5.0, 2.0])]) == 5.0  # the negative side wins
     assert _absmax([torch.tensor([3, -7])]) == 7  # integers
     assert _absmax([torch.tensor([60000.0, -1.0], dtype=torch.half)]) == 60000.0
@@ -287,7 +287,7 @@ def test_absmax_and_norm_of_odd_tensors():
     {"kind": "grad_norm_above", "threshold": 2.0}, {"kind": "grad_norm_below", "threshold": 2.0},
 ])
 def test_the_cheap_reject_never_rejects_a_call_that_check_would_stop(raw):
-    from hookscope.conditions import Condition, HookEvent
+    from hookscope.hooks.conditions import Condition, HookEvent
     condition = Condition.parse(raw)
     nan, inf = float("nan"), float("inf")
     values = [torch.tensor([1.0, -1.5]), torch.tensor([1.0, -3.0]), torch.tensor([nan, 1.0]),

@@ -17,7 +17,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 from engine_models import Net, batch, hooks_left, req
-from hookscope.engine import Engine
+from hookscope.engine.core import Engine
 
 
 

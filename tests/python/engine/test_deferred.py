@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from engine_models import hooks_left
-from hookscope import deferred
-from hookscope.engine import Engine
+from hookscope.engine import deferred
+from hookscope.engine.core import Engine
 
 EXACT = 10**9
 """DEFER_MIN_LAYERS that keeps every breakpoint on the exact path."""

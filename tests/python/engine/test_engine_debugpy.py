@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hookscope.dap_client import DapClient
+from hookscope.terminal.dap_client import DapClient
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ DEBUGGEE = textwrap.dedent('''
     import json, sys
     import torch
     from torch import nn
-    from hookscope.engine import Engine
+    from hookscope.engine.core import Engine
 
     events = []
     torch.manual_seed(0)

@@ -11,13 +11,12 @@ import torch
 from torch import nn
 
 from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, req
-from hookscope import protocol, stop
-from hookscope.engine import Engine
-from hookscope.kept_outputs import BreakpointOutputs
-from hookscope.protocol import ProtocolError
+from hookscope.link import protocol
+from hookscope.debugger import stop
+from hookscope.engine.core import Engine
+from hookscope.hooks.kept_outputs import BreakpointOutputs
+from hookscope.link.protocol import ProtocolError
 from hookscope.visuals import mha_weights
-
-pytest.importorskip("hookscope.visuals")
 
 
 
@@ -175,7 +174,7 @@ def test_a_keeping_hook_that_fails_never_raises_into_the_forward(monkeypatch):
     model = nn.Linear(4, 4)
     kept = BreakpointOutputs(lambda m: 1)
     kept.sync({("m", ""): model})
-    monkeypatch.setattr("hookscope.kept_outputs.storage_bytes", lambda record: 1 / 0)
+    monkeypatch.setattr("hookscope.hooks.kept_outputs.storage_bytes", lambda record: 1 / 0)
     assert model(torch.randn(2, 4)).shape == (2, 4)
     kept.clear()
 
@@ -305,7 +304,7 @@ def test_without_numpy_or_matplotlib_a_picture_is_a_note_naming_the_packages_and
     import importlib.util
     import sys
 
-    from hookscope import image_packages
+    from hookscope.engine import image_packages
 
     model, engine = net
     step(model)

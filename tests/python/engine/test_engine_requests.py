@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import time
 import types
 
@@ -12,9 +11,9 @@ import torch
 from torch import nn
 
 from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, req, train
-from hookscope import protocol
-from hookscope.engine import Engine
-from hookscope.protocol import ProtocolError
+from hookscope.link import protocol
+from hookscope.engine.core import Engine
+from hookscope.link.protocol import ProtocolError
 
 
 @pytest.fixture
@@ -158,7 +157,7 @@ def test_the_layers_of_a_model_are_sampled_in_the_same_steps(setup):
 
 def fake_engine_clock(monkeypatch) -> list[float]:
     """The engine's clocks (monotonic and perf_counter) read ``now[0]``, which the test moves on."""
-    from hookscope import engine as engine_mod
+    from hookscope.engine import core as engine_mod
 
     now = [1000.0]
     monkeypatch.setattr(engine_mod, "time", types.SimpleNamespace(monotonic=lambda: now[0],
@@ -171,7 +170,7 @@ def test_the_layers_stay_in_the_same_steps_when_summarising_them_takes_longer_th
     """A round of summaries slower than the watch interval (big activations, a slow machine) must
     not split the layers over two steps for good. The engine's clock is a fake one that each
     summary moves on by 20 ms: one round over 16 layers then takes 320 ms, the interval 50 ms."""
-    from hookscope import summaries
+    from hookscope.hooks import summaries
 
     model, engine, events = setup
     now = fake_engine_clock(monkeypatch)
@@ -211,7 +210,7 @@ def test_watching_costly_layers_slows_their_refresh_to_keep_within_the_budget(se
     """Summaries that cost more than the budget allows at the panel's rate: every layer still
     refreshes, all at a slower pace, and the user is told how slow (once)."""
 
-    from hookscope import engine as engine_module
+    from hookscope.engine import core as engine_module
 
     model, engine, events = setup
     real = engine_module.summaries.summarize_many
@@ -316,7 +315,6 @@ def test_remove_model_drops_its_hooks(setup):
     assert engine.hook_count == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("hookscope.visuals") is None, reason="visuals not built")
 def test_render_feature_map_captures_on_demand(setup):
     model, engine, _ = setup
     with pytest.raises(ProtocolError) as info:
@@ -332,7 +330,7 @@ def test_render_feature_map_captures_on_demand(setup):
 
 
 def test_a_watch_keeps_no_activation_alive_and_a_render_keeps_only_the_last_few_rendered(setup):
-    from hookscope.engine import RENDERED_LAYERS_KEPT
+    from hookscope.engine.core import RENDERED_LAYERS_KEPT
     model, engine, _ = setup
     layers = ["stem", "layer1.0", "layer1.1", "pool", "fc1", "fc2"]
     req(engine, "watch", layers=layers, rateHz=1000.0)
@@ -356,8 +354,6 @@ def test_a_watch_of_a_few_layers_renders_at_once(setup):
     assert req(engine, "render", view="featureMap", layer="stem")["png"].startswith(b"\x89PNG")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("hookscope.interventions") is None,
-                    reason="interventions not built")
 def test_interventions_are_routed_and_removed(setup):
     model, engine, _ = setup
     x = batch(0)[0]
@@ -392,16 +388,11 @@ def test_breakpoints_and_watches_set_earlier_see_the_intervened_output(setup):
     req(engine, "watch", layers=[])
 
 
-def test_list_hooks_routes_to_the_inventory_or_says_not_available(setup):
+def test_list_hooks_routes_to_the_inventory(setup):
     model, engine, _ = setup
     engine.set_breakpoints([{"id": "a", "layer": "fc2"}])
-    if importlib.util.find_spec("hookscope.inventory") is None:
-        with pytest.raises(ProtocolError) as info:
-            req(engine, "listHooks")
-        assert info.value.code == protocol.ERR_NOT_AVAILABLE and "inventory" in str(info.value)
-    else:
-        hooks = req(engine, "listHooks")["hooks"]
-        assert any(h["module"].endswith("fc2") or h["module"] == "fc2" for h in hooks)
+    hooks = req(engine, "listHooks")["hooks"]
+    assert any(h["module"].endswith("fc2") or h["module"] == "fc2" for h in hooks)
 
 
 def test_inspect_value_needs_a_pause(setup):

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from engine_models import hooks_left
-from hookscope.cli import build_parser
-from hookscope.engine import Engine
-from hookscope.protocol import check_bounds
+from hookscope.terminal.cli import build_parser
+from hookscope.engine.core import Engine
+from hookscope.link.protocol import check_bounds
 
 
 class Chain(nn.Module):

@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 from engine_models import SqrtAtZero, hooks_left
-from hookscope import deferred
-from hookscope.engine import Engine
-from hookscope.leaf_hooks import KEPT_MAX, LeafHooks
+from hookscope.engine import deferred
+from hookscope.engine.core import Engine
+from hookscope.hooks.leaf_hooks import KEPT_MAX, LeafHooks
 
 
 class TakesLeaves(nn.Module):
@@ -137,7 +137,7 @@ def test_a_forward_with_no_backward_does_not_fire_at_the_next_steps_backward(lea
 
 
 def test_hook_gradient_on_an_activation_fires_like_register_hook_and_needs_no_handle():
-    from hookscope.leaf_hooks import hook_gradient
+    from hookscope.hooks.leaf_hooks import hook_gradient
     x = torch.randn(3, requires_grad=True)
     y = x * 2  # an activation
     got, theirs = [], []

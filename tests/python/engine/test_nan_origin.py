@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hookscope.engine import Engine
-from hookscope.nan_origin import op_name
+from hookscope.engine.core import Engine
+from hookscope.engine.nan_origin import op_name
 
 
 def line_of(marker: str) -> int:

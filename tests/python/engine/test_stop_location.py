@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hookscope import stop_location
-from hookscope.breakpoints import ModelIndex
+from hookscope.debugger import stop_location
+from hookscope.engine.breakpoints import ModelIndex
 
 
 class Branch(nn.Module):

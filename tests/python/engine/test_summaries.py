@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from hookscope import summaries
-from hookscope.summaries import all_finite, summarize, summarize_many, summarize_tree, tensors_in
+from hookscope.hooks import summaries
+from hookscope.hooks.summaries import all_finite, summarize, summarize_many, summarize_tree, tensors_in
 
 
 def test_exact_numbers_over_finite_values():

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hookscope import summaries
+from hookscope.hooks import summaries
 
 
 def _cases():

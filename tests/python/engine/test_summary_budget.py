@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hookscope.summary_budget import SummaryBudget
+from hookscope.hooks.summary_budget import SummaryBudget
 
 
 def test_cheap_summaries_keep_the_panel_interval():

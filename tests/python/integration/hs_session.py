@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import hookscope
 from hookscope import bootstrap
-from hookscope.dap_client import DapClient
-from hookscope.editor_link import BackendConnection, EditorLink
+from hookscope.terminal.dap_client import DapClient
+from hookscope.terminal.editor_link import BackendConnection, EditorLink
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[3]

@@ -16,7 +16,7 @@ TINY_CNN = FIXTURES / "tiny_cnn.py"
 
 
 def hookscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hookscope.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hookscope.terminal.cli", *args], capture_output=True, text=True,
                           timeout=DEADLINE * 2, cwd=ROOT)
 
 

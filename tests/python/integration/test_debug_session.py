@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from hookscope import protocol
+from hookscope.link import protocol
 from hs_session import DEADLINE, FIXTURES, ROOT, DebugSession, marker_line, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -124,13 +124,13 @@ def test_break_on_nonfinite_stops_at_the_op_that_made_it(script, args, layer, ph
 
 def test_bootstrap_without_debugger_runs_user_sitecustomize_and_stays_lazy():
     from hookscope import bootstrap
-    from hookscope.editor_link import EditorLink
+    from hookscope.terminal.editor_link import EditorLink
 
     link = EditorLink()
     try:
         env = {**os.environ, **link.env(),
                "PYTHONPATH": bootstrap.pythonpath(str(FIXTURES / "user_site"))}
-        code = ("import sys, os, hookscope.agent as a; agent = a.current();"
+        code = ("import sys, os, hookscope.link.agent as a; agent = a.current();"
                 "print('connected', agent is not None and agent.wait_connected(60));"
                 "print('torch imported', 'torch' in sys.modules);"
                 "print('user env', os.environ.get('USER_SITECUSTOMIZE_RAN'))")
@@ -146,13 +146,13 @@ def test_bootstrap_without_debugger_runs_user_sitecustomize_and_stays_lazy():
 
 
 def test_launch_module_starts_the_agent():
-    from hookscope.editor_link import EditorLink
+    from hookscope.terminal.editor_link import EditorLink
 
     link = EditorLink()
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKSCOPE_")}
         process = subprocess.Popen(
-            [sys.executable, "-m", "hookscope.launch", "--addr", link.addr, "--token", link.token,
+            [sys.executable, "-m", "hookscope.debugger.launch", "--addr", link.addr, "--token", link.token,
              str(TINY_CNN), "--steps", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, cwd=ROOT)
         conn = link.wait_connection(DEADLINE)
@@ -168,7 +168,7 @@ def test_launch_module_starts_the_agent():
 
 
 def test_connect_after_the_model_exists_finds_it_and_logs(tmp_path):
-    from hookscope.editor_link import EditorLink
+    from hookscope.terminal.editor_link import EditorLink
 
     link = EditorLink()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKSCOPE_")}

@@ -106,7 +106,7 @@ def _png_indices(png: bytes) -> np.ndarray:
 
 
 def _publish(session: DebugSession, frame_id: int, expression: str, handle: str) -> str:
-    call = f"__import__('hookscope.inspector', fromlist=['publish']).publish({expression!r}, {handle!r})"
+    call = f"__import__('hookscope.debugger.inspector', fromlist=['publish']).publish({expression!r}, {handle!r})"
     return session.dap.evaluate(call, frame_id, context="repl")
 
 

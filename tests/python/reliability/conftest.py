@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from torch import nn
 
-from hookscope import discovery
-from hookscope.agent import Agent
-from hookscope.editor_link import EditorLink
+from hookscope.engine import discovery
+from hookscope.link.agent import Agent
+from hookscope.terminal.editor_link import EditorLink
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from hookscope import codec, protocol
+    from hookscope.link import codec, protocol
 
 
 def test_one_input(data: bytes) -> None:

@@ -104,7 +104,7 @@ def baseline(model_factory: Callable[[], nn.Module], steps: int = STEPS,
 
 def arm_everything(conn: Any, model_id: str = "m1") -> None:
     """Breakpoints on every phase that never pause (no debugger: logged), a watch, break on NaN."""
-    from hookscope import protocol
+    from hookscope.link import protocol
 
     resolved = conn.request("setBreakpoints", breakpoints=[
         {"id": "all", "layer": "*", "phases": list(protocol.PHASES),

@@ -18,7 +18,7 @@ def test_atheris_decoder_budget(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     # Seed with valid frames so the fuzzer starts from real messages.
-    from hookscope import codec
+    from hookscope.link import codec
 
     for i, message in enumerate([{"type": "ping", "id": 1}, {"type": "watch", "id": 2, "layers": ["a"]},
                                  {"type": "setBreakpoints", "id": 3, "breakpoints": [{"id": "x"}]}]):

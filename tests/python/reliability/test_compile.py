@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from hookscope import discovery
-from hookscope.engine import Engine
-from hookscope.protocol import ProtocolError
+from hookscope.engine import discovery
+from hookscope.engine.core import Engine
+from hookscope.link.protocol import ProtocolError
 
 from reliability_support import hook_count
 

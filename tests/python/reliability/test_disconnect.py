@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hookscope import stop
-from hookscope.protocol import PHASES
+from hookscope.debugger import stop
+from hookscope.link.protocol import PHASES
 
 from reliability_support import (STEPS, SmallNet, arm_everything, assert_same_training, baseline, batches,
                                  global_hook_count, hook_count, params_of, train, wait_until)

@@ -21,9 +21,9 @@ import time
 import torch
 from torch import nn
 
-from hookscope import handshake, protocol
-from hookscope.agent import SILENCE_LIMIT_S
-from hookscope.engine import Engine
+from hookscope.link import handshake, protocol
+from hookscope.link.agent import SILENCE_LIMIT_S
+from hookscope.engine.core import Engine
 
 from reliability_support import (STEPS, SmallNet, arm_everything, assert_same_training, baseline, batches,
                                  global_hook_count, hook_count, params_of, train, wait_until)

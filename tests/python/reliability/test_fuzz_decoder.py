@@ -18,7 +18,7 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hookscope import codec, protocol
+from hookscope.link import codec, protocol
 from reliability_support import SmallNet, hook_count
 
 BUDGET = settings(max_examples=400, deadline=None, derandomize=True,

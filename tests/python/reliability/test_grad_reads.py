@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent('''
     import threading, time
     import torch
     from torch import nn
-    from hookscope.engine import Engine
+    from hookscope.engine.core import Engine
 
     torch.set_num_threads(1)
     model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(20)])

@@ -17,10 +17,11 @@ import tracemalloc
 import torch
 from torch import nn
 
-from hookscope import agent as agent_mod
-from hookscope import codec, discovery, handshake, protocol
-from hookscope.agent import Agent, OutgoingQueue
-from hookscope.engine import Engine
+from hookscope.link import agent as agent_mod
+from hookscope.link import codec, handshake, protocol
+from hookscope.engine import discovery
+from hookscope.link.agent import Agent, OutgoingQueue
+from hookscope.engine.core import Engine
 
 from reliability_support import hook_count, wait_until
 

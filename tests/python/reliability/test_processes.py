@@ -127,7 +127,7 @@ def test_ddp_under_the_debugger_pauses_rank1_and_continues_without_deadlock():
     continuing lets both ranks finish (rank 0 waited in the gradient all-reduce meanwhile)."""
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     result = subprocess.run(
-        [sys.executable, "-m", "hookscope.cli", "run", "--json", "--break-on-nonfinite", torchrun,
+        [sys.executable, "-m", "hookscope.terminal.cli", "run", "--json", "--break-on-nonfinite", torchrun,
          "--nproc_per_node", "2", "--standalone", str(ROOT / "examples" / "ddp.py"), "--steps", "6",
          "--nan-step", "3"],
         env=subprocess_env(), capture_output=True, text=True, timeout=400, cwd=ROOT)

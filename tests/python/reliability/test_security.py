@@ -19,9 +19,9 @@ import time
 
 import msgpack
 import pytest
-from hookscope import codec, handshake, protocol
-from hookscope.agent import Agent
-from hookscope.editor_link import EditorLink
+from hookscope.link import codec, handshake, protocol
+from hookscope.link.agent import Agent
+from hookscope.terminal.editor_link import EditorLink
 
 from reliability_support import SmallNet, wait_until
 
@@ -158,9 +158,9 @@ def test_editor_link_hello_deadline_is_total_not_per_read(link):
 def test_agent_stops_for_good_on_a_wrong_token_and_does_not_log_it(link, caplog, capfd):
     secret = "agent-secret-token-value"
     a = Agent(link.host, link.port, secret, discover=False)
-    agent_log = logging.getLogger("hookscope.agent")
+    agent_log = logging.getLogger("hookscope.link.agent")
     agent_log.addHandler(caplog.handler)
-    caplog.set_level(logging.DEBUG, logger="hookscope.agent")
+    caplog.set_level(logging.DEBUG, logger="hookscope.link.agent")
     a.start()
     try:
         wait_until(lambda: a.refused is not None, what="the agent to be refused")

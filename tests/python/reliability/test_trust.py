@@ -25,10 +25,10 @@ import time
 import tracemalloc
 
 import pytest
-from hookscope import agent as agent_mod
-from hookscope import codec, handshake, protocol
-from hookscope.agent import RequestBudget
-from hookscope.editor_link import EditorLink, RequestError
+from hookscope.link import agent as agent_mod
+from hookscope.link import codec, handshake, protocol
+from hookscope.link.agent import RequestBudget
+from hookscope.terminal.editor_link import EditorLink, RequestError
 
 from reliability_support import ROOT, SmallNet, batches, hook_count, subprocess_env, train, wait_until
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hookscope import inventory
+from hookscope.hooks import inventory
 from hookscope.visuals import compute_grad_cam, grad_cam
 
 

@@ -5,7 +5,7 @@ formats its data (debugpy #1660, #1494, #1191: seconds to minutes on big or
 CUDA tensors). pydevd imports every ``pydevd_plugins.extensions.**.pydevd_plugin*``
 module on ``sys.path`` and asks each ``StrPresentationProvider`` /
 ``TypeResolveProvider`` whether it handles a type; these ones handle
-``torch.Tensor`` (line + children from ``hookscope.tensor_repr``),
+``torch.Tensor`` (line + children from ``hookscope.debugger.tensor_repr``),
 ``torch.nn.Module`` (class and parameter count) and tuples, lists and dicts
 that hold tensors (``grad_output`` is a tuple): one line of their tensors'
 summaries. A container without a tensor gets debugpy's usual text (``get_str``
@@ -33,7 +33,7 @@ def _enabled():
 
 
 def _repr_module():
-    """``hookscope.tensor_repr``, imported once torch is there; None when it cannot be."""
+    """``hookscope.debugger.tensor_repr``, imported once torch is there; None when it cannot be."""
     global _tensor_repr, _import_failed
     if _tensor_repr is None and not _import_failed:
         try:
@@ -44,7 +44,7 @@ def _repr_module():
                 sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(here))))
                 import hookscope_boot
             hookscope_boot.use_own_hookscope()
-            from hookscope import tensor_repr
+            from hookscope.debugger import tensor_repr
 
             _tensor_repr = tensor_repr
         except Exception:

@@ -97,16 +97,16 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from hookscope.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
+from hookscope.hooks.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
                                   describe_counts, nonfinite_counts)
-from hookscope.grad_health import Finding, GradientHealth, HealthCheck
-from hookscope.leaf_hooks import hook_gradient
-from hookscope.module_tensors import STRUCTURE, ModuleTensors, flattens
-from hookscope.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
-from hookscope.removed_hooks import CALLED_WITHOUT_KWARGS
-from hookscope.stop_location import module_calls
-from hookscope.stop import BreakpointHit
-from hookscope.summaries import all_finite, tensors_in
+from hookscope.engine.grad_health import Finding, GradientHealth, HealthCheck
+from hookscope.hooks.leaf_hooks import hook_gradient
+from hookscope.hooks.module_tensors import STRUCTURE, ModuleTensors, flattens
+from hookscope.engine.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
+from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
+from hookscope.debugger.stop_location import module_calls
+from hookscope.debugger.stop import BreakpointHit
+from hookscope.hooks.summaries import all_finite, tensors_in
 
 log = logging.getLogger("hookscope")
 

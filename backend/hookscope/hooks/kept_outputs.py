@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from hookscope.conditions import REPLAY
-from hookscope.removed_hooks import CALLED_WITHOUT_KWARGS
+from hookscope.hooks.conditions import REPLAY
+from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
 
 log = logging.getLogger("hookscope")
 

@@ -31,12 +31,12 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from hookscope.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
-from hookscope.deferred import DEFERRED_PHASES, DeferredHooks, DeferredValues, KeepOutputsFn, deferrable
-from hookscope.leaf_hooks import LeafHooks, hook_gradient
+from hookscope.hooks.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
+from hookscope.engine.deferred import DEFERRED_PHASES, DeferredHooks, DeferredValues, KeepOutputsFn, deferrable
+from hookscope.hooks.leaf_hooks import LeafHooks, hook_gradient
 from hookscope.lsp.analysis.call_targets import EVERY_ENTRY, Target, called_target, local_layer_names
-from hookscope.protocol import PHASES
-from hookscope.summaries import tensors_in
+from hookscope.link.protocol import PHASES
+from hookscope.hooks.summaries import tensors_in
 
 log = logging.getLogger("hookscope")
 
@@ -128,7 +128,7 @@ class ModelIndex:
         if self._locations is None:
             self._locations = {}
             try:
-                from hookscope import discovery
+                from hookscope.engine import discovery
                 by_name = self.modules()
                 for name, module in by_name.items():
                     file, line = discovery.location_of(module, name, by_name)

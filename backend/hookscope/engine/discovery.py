@@ -53,8 +53,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from hookscope import PACKAGE_DIR
+
 _TORCH_MODULE_FILE = "torch.nn.modules.module"
-_HOOKSCOPE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ _created: list[weakref.ref] = []
 """Modules created since the last poll (weak)."""
 _created_lock = threading.Lock()
 _abs_cache: dict[str, str] = {}
-_library_dirs: tuple[str, ...] = (_HOOKSCOPE_DIR,)
+_library_dirs: tuple[str, ...] = (PACKAGE_DIR,)
 _listeners: list[Callable[[], None]] = []
 """Called (on the creating thread) after a module was recorded: arms the first-forward flush."""
 _last_creation: dict[int, float] = {}
@@ -147,7 +148,7 @@ def _patch_module_init(module_mod: types.ModuleType) -> None:
     cls = module_mod.Module
     _module_cls = cls
     torch_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(module_mod.__file__)))) + os.sep
-    _library_dirs = (_HOOKSCOPE_DIR, torch_dir)
+    _library_dirs = (PACKAGE_DIR, torch_dir)
     original = cls.__init__
     if getattr(original, "__hookscope_original__", None) is not None:
         return

@@ -23,8 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hookscope import stop_location
-from hookscope.conditions import HookEvent
+from hookscope.debugger import stop_location
+from hookscope.hooks.conditions import HookEvent
 
 log = logging.getLogger("hookscope")
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope import summaries
-from hookscope.kept_outputs import Kept
+from hookscope.hooks import summaries
+from hookscope.hooks.kept_outputs import Kept
 
 SOURCES = ("output", "inputs", "grad_output", "grad_input", "grad")
 """The tensors a render may name (the stop frame's locals of the same names)."""

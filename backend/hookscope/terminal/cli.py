@@ -20,12 +20,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from . import bootstrap, protocol
-from .agent import is_distributed_launcher
-from .dap_client import DapClient, DapError
-from .dap_sessions import DebugSessions
-from .editor_link import BackendConnection, EditorLink, RequestError
-from .report import SUMMARY_COLUMNS, Report, summary_cells
+from hookscope import bootstrap
+from hookscope.link import protocol
+from hookscope.link.agent import is_distributed_launcher
+from hookscope.terminal.dap_client import DapClient, DapError
+from hookscope.terminal.dap_sessions import DebugSessions
+from hookscope.terminal.editor_link import BackendConnection, EditorLink, RequestError
+from hookscope.terminal.report import SUMMARY_COLUMNS, Report, summary_cells
 
 EXIT_STOPPED_AT_HIT = 3
 """Exit status of ``--stop-on-hit`` when a breakpoint fired."""

@@ -5,7 +5,7 @@ Every message is a msgpack map with a ``type`` string. Requests carry an
 ``body`` or ``error`` ({code, message}). Events carry neither.
 
 ``MESSAGES`` below defines each message type, its direction and its fields.
-``hookscope.protocol_gen`` turns it into ``extension/src/protocol/messages.gen.ts``
+``hookscope.link.protocol_gen`` turns it into ``extension/src/protocol/messages.gen.ts``
 and a test fails when that file is out of date, so the TypeScript mirror
 cannot drift. ``validate`` checks a decoded message against the table; both
 the agent and the extension answer a message that fails it with an error
@@ -48,7 +48,7 @@ NONCE_BYTES = 32
 """Length of each side's fresh random challenge."""
 
 PROOF_LABEL = b"hookscope-handshake-v2"
-"""Domain separation of the handshake's HMACs (see ``hookscope.handshake``)."""
+"""Domain separation of the handshake's HMACs (see ``hookscope.link.handshake``)."""
 
 MAX_PENDING_HANDSHAKES = 32
 """Connections an editor keeps in the handshake at once; more are closed at once."""
@@ -121,7 +121,7 @@ MESSAGES: tuple[Message, ...] = (
     # ---- backend -> extension ------------------------------------------
     Message("hello", "event", "toExtension",
             "First frame of every connection (at most HANDSHAKE_FRAME_BYTES): no token and nothing about "
-            "the process until the editor has proved the token (hookscope.handshake).", (
+            "the process until the editor has proved the token (hookscope.link.handshake).", (
         _f("protocol", "int", "PROTOCOL_VERSION of the backend"),
         _f("hookscope", "str", "hookscope package version (for the mismatch message)"),
         _f("nonce", "bin", "the backend's fresh challenge: NONCE_BYTES random bytes"),
@@ -317,7 +317,7 @@ MESSAGES: tuple[Message, ...] = (
         _f("options", "map", "render options: {view: 'slice' | 'featureMap' | 'summary', axes: [row, col], "
            "index: {axis: position}, batch, page, per_page, channel, shared_scale, cmap}", True),
         _f("handle", "str", "a value published from any paused frame through DAP evaluate of "
-           "hookscope.inspector.publish(expression, handle); nothing is evaluated then", True),
+           "hookscope.debugger.inspector.publish(expression, handle); nothing is evaluated then", True),
     ), (
         _f("summary", "map", "TensorSummary"),
         _f("png", "bin", "an image of the selected 2-D slice", True),

@@ -25,17 +25,20 @@ from typing import Any, Callable, ContextManager
 import torch
 from torch import nn
 
-from hookscope import copy_safety, image_packages, protocol, render_subject, stop, summaries
-from hookscope.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
-from hookscope.conditions import REPLAY, HookEvent
-from hookscope.grad_health import REARM_RULE as HEALTH_REARM_RULE
-from hookscope.kept_outputs import BreakpointOutputs, Kept, keep_call
-from hookscope.leaf_hooks import LeafHooks
-from hookscope.nonfinite import REARM_RULE, NonFiniteWatch
-from hookscope.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
-from hookscope.render_subject import Subject
-from hookscope.removed_hooks import CALLED_WITHOUT_KWARGS
-from hookscope.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, SummaryBudget
+from hookscope.hooks import copy_safety, summaries
+from hookscope.engine import image_packages, render_subject
+from hookscope.link import protocol
+from hookscope.debugger import stop
+from hookscope.engine.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
+from hookscope.hooks.conditions import REPLAY, HookEvent
+from hookscope.engine.grad_health import REARM_RULE as HEALTH_REARM_RULE
+from hookscope.hooks.kept_outputs import BreakpointOutputs, Kept, keep_call
+from hookscope.hooks.leaf_hooks import LeafHooks
+from hookscope.engine.nonfinite import REARM_RULE, NonFiniteWatch
+from hookscope.link.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
+from hookscope.engine.render_subject import Subject
+from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
+from hookscope.hooks.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, SummaryBudget
 
 log = logging.getLogger("hookscope")
 
@@ -437,7 +440,8 @@ class Engine:
         return result["value"]
 
     def _req_listHooks(self, request: dict) -> dict:
-        inventory = self._optional("inventory", "the hook inventory")
+        from hookscope.hooks import inventory
+
         model_id = request.get("model")
         with self._lock:
             models = {m: i.model for m, i in self._indexes.items()
@@ -477,7 +481,8 @@ class Engine:
         view = request.get("view")
         if isinstance(view, str) and view in image_packages.NEEDS:
             image_packages.require(view)  # torch alone draws no picture: say which package is missing
-        visuals = self._optional("visuals", "rendering")
+        from hookscope import visuals  # matplotlib and friends load with the first image
+
         options = dict(request.get("options") or {})
         model_id = self._model_id(request.get("model"))
         index = self._indexes[model_id]
@@ -517,7 +522,7 @@ class Engine:
     def _req_inspectValue(self, request: dict) -> dict:
         if request.get("handle") is not None:
             # Published from any paused frame through the debugger ("Show in Hookscope"): nothing to evaluate.
-            from hookscope import inspector
+            from hookscope.debugger import inspector
 
             return inspector.answer(request)
         paused = self._paused
@@ -537,12 +542,13 @@ class Engine:
         options = request.get("options")
         if options:
             image_packages.require("tensor")
-            visuals = self._optional("visuals", "rendering")
+            from hookscope import visuals
+
             body["png"] = visuals.tensor_image(tensor.detach(), **options).png
         return body
 
     def _req_releaseInspected(self, request: dict) -> dict:
-        from hookscope import inspector
+        from hookscope.debugger import inspector
 
         handles = request.get("handles")
         return {"released": inspector.release([h for h in handles if isinstance(h, str)]
@@ -1050,18 +1056,10 @@ class Engine:
 
     def _get_interventions(self) -> Any:
         if self._interventions is None:
-            module = self._optional("interventions", "interventions")
-            self._interventions = module.Interventions()
-        return self._interventions
+            from hookscope.engine.interventions import Interventions
 
-    @staticmethod
-    def _optional(name: str, what: str) -> Any:
-        import importlib
-        try:
-            return importlib.import_module(f"hookscope.{name}")
-        except ImportError as exc:
-            raise ProtocolError(ERR_NOT_AVAILABLE, f"{what} is not available in this backend "
-                                f"(hookscope.{name}: {exc})") from exc
+            self._interventions = Interventions()
+        return self._interventions
 
 
 # ---------------------------------------------------------------------- free helpers

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .dap_client import DapClient, DapError
+from hookscope.terminal.dap_client import DapClient, DapError
 
 
 class DebugSessions:

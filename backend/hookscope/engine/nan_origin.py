@@ -28,9 +28,10 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from hookscope.conditions import describe_counts, nonfinite_counts
-from hookscope.stop_location import Location, is_internal
-from hookscope.summaries import all_finite, tensors_in
+from hookscope import PACKAGE_DIR
+from hookscope.hooks.conditions import describe_counts, nonfinite_counts
+from hookscope.debugger.stop_location import Location, is_internal
+from hookscope.hooks.summaries import all_finite, tensors_in
 
 _LIBRARY_DIRS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 _MAX_FRAMES = 12
@@ -140,7 +141,6 @@ def user_site(op: str, skip: int = 1) -> OpSite:
 
 
 _OVERRIDES_PY = torch.overrides.handle_torch_function.__code__.co_filename
-_HOOKSCOPE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _called_by_hookscope() -> bool:
@@ -153,7 +153,7 @@ def _called_by_hookscope() -> bool:
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename == _OVERRIDES_PY:
         frame = frame.f_back
-    return frame is not None and frame.f_code.co_filename.startswith(_HOOKSCOPE_DIR)
+    return frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR)
 
 
 class OpTracer(TorchFunctionMode):

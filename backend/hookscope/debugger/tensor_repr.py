@@ -5,7 +5,7 @@ text from ``repr`` by default, which for a tensor formats (and so copies to
 the host) the data: seconds or minutes on a big or CUDA tensor. Here a
 tensor becomes one line such as
 ``tensor[16, 64, 56, 56] f32 cpu μ=0.12 σ=0.98 [-3.1, 4.2] nan!3``, computed
-by ``hookscope.summaries`` on the tensor's device with one small transfer;
+by ``hookscope.hooks.summaries`` on the tensor's device with one small transfer;
 tensors above ``EXACT_LIMIT`` elements are summarised from an on-device
 sample of ``SAMPLE_SIZE`` elements, gathered by index so that no copy of a
 non-contiguous tensor is made. ``tensor_children`` lists what expanding a
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from hookscope import summaries
+from hookscope.hooks import summaries
 
 ENV_SWITCH = "HOOKSCOPE_TENSOR_VIEW"
 """``HOOKSCOPE_TENSOR_VIEW=0`` turns the presentation off (debugpy's default returns)."""

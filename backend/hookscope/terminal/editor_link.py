@@ -2,7 +2,7 @@
 
 It does what the VS Code extension does: listen on 127.0.0.1 (ephemeral
 port), hand out a fresh token, accept one connection per debuggee process,
-run the handshake first (``hookscope.handshake``: both sides prove the token
+run the handshake first (``hookscope.link.handshake``: both sides prove the token
 without sending it; small frames, one deadline; a wrong proof or protocol
 version gets an error reply and the connection is closed), answer the
 backend's pings, match replies to requests, and queue events for whoever
@@ -18,8 +18,8 @@ import time
 import uuid
 from typing import Any, Callable
 
-from . import codec, handshake, protocol
-from .protocol import ProtocolError
+from hookscope.link import codec, handshake, protocol
+from hookscope.link.protocol import ProtocolError
 
 ACCEPT_POLL_S = 0.5
 """How often the accepting thread checks that the link was closed (where closing the listening

@@ -32,8 +32,9 @@ import socket
 import time
 from typing import Any, Callable, Iterable
 
-from . import __version__, codec, protocol
-from .protocol import ERR_BAD_MESSAGE, ERR_TOKEN, ERR_VERSION, ProtocolError
+from hookscope import __version__
+from hookscope.link import codec, protocol
+from hookscope.link.protocol import ERR_BAD_MESSAGE, ERR_TOKEN, ERR_VERSION, ProtocolError
 
 BACKEND = b"backend"
 EDITOR = b"editor"

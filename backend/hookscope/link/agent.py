@@ -1,7 +1,7 @@
 """The Hookscope agent: a thread inside the debugged process that talks to the editor.
 
 It connects to the editor (``HOOKSCOPE_ADDR``), runs the handshake
-(``hookscope.handshake``: the editor and the agent each prove they hold the
+(``hookscope.link.handshake``: the editor and the agent each prove they hold the
 session token, which never crosses the socket), describes its process, sends
 the model trees, answers requests through one ``Engine`` per connection, and
 streams the engine's events through a bounded queue that drops and counts,
@@ -40,8 +40,9 @@ import time
 import weakref
 from typing import Any, Callable, Protocol
 
-from . import __version__, codec, handshake, protocol
-from .protocol import ProtocolError
+from hookscope import __version__
+from hookscope.link import codec, handshake, protocol
+from hookscope.link.protocol import ProtocolError
 
 ENV_ADDR = "HOOKSCOPE_ADDR"
 ENV_TOKEN = "HOOKSCOPE_TOKEN"
@@ -91,7 +92,7 @@ _DEFERRABLE = frozenset({"setBreakpoints", "setBreakOnNonFinite", "setBreakOnGra
 
 ESSENTIAL_TYPES = frozenset({"reply", "heartbeat", "hit", "resumed", "modelAdded", "modelRemoved", "notice", "stats"})
 
-log = logging.getLogger("hookscope.agent")
+log = logging.getLogger("hookscope.link.agent")
 log.propagate = False  # never into the user's logging setup
 log.addHandler(logging.NullHandler())
 
@@ -104,7 +105,7 @@ class EngineLike(Protocol):
 
 
 def _default_engine_factory(emit: Callable[[dict], None]) -> EngineLike:
-    from .engine import Engine  # heavy (torch): only once connected
+    from hookscope.engine.core import Engine  # heavy (torch): only once connected
 
     engine = Engine(emit)
     engine.requests_off_thread = True  # requests run on the agent's thread, training on another
@@ -322,7 +323,7 @@ class Agent:
         self._modules: dict[str, weakref.ref] = {}
         """Weak: a model the program drops must be freed (discovery then reports it removed)."""
         if discovery is None and discover:
-            from .discovery import Discovery
+            from hookscope.engine.discovery import Discovery
 
             discovery = Discovery(self._on_model_added, self._on_model_removed)
         self.discovery = discovery

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from hookscope.protocol import CONDITIONS
-from hookscope.summaries import all_finite, tensors_in
+from hookscope.link.protocol import CONDITIONS
+from hookscope.hooks.summaries import all_finite, tensors_in
 
 ORIGIN_BORN = "born here"
 ORIGIN_INPUTS = "came in through inputs"

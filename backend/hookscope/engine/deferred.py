@@ -67,17 +67,17 @@ import torch
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
-from hookscope.conditions import REPLAY, Condition, HookEvent
-from hookscope.copy_safety import is_hookscope_hook
-from hookscope.leaf_hooks import LeafHooks, hook_gradient
-from hookscope.module_tensors import FLATTEN_MAX_NUMEL, STRUCTURE, ModuleTensors
-from hookscope.removed_hooks import CALLED_WITHOUT_KWARGS
-from hookscope.step_snapshot import CallSnapshot, state_kept
-from hookscope.stop import BreakpointHit
-from hookscope.summaries import tensors_in
+from hookscope.hooks.conditions import REPLAY, Condition, HookEvent
+from hookscope.hooks.copy_safety import is_hookscope_hook
+from hookscope.hooks.leaf_hooks import LeafHooks, hook_gradient
+from hookscope.hooks.module_tensors import FLATTEN_MAX_NUMEL, STRUCTURE, ModuleTensors
+from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
+from hookscope.hooks.step_snapshot import CallSnapshot, state_kept
+from hookscope.debugger.stop import BreakpointHit
+from hookscope.hooks.summaries import tensors_in
 
 if TYPE_CHECKING:
-    from hookscope.breakpoints import Breakpoint, GradTap
+    from hookscope.engine.breakpoints import Breakpoint, GradTap
 
 log = logging.getLogger("hookscope")
 

@@ -2,7 +2,7 @@
 
 The extension sends DAP ``evaluate`` in the frame the user is looking at
 (any frame of the call stack, not only a Hookscope hit) with
-``__import__('hookscope.inspector', fromlist=['publish']).publish('<expr>', '<handle>')``.
+``__import__('hookscope.debugger.inspector', fromlist=['publish']).publish('<expr>', '<handle>')``.
 ``publish`` evaluates ``expr`` in its caller's namespace (the one debugpy
 evaluates in: that frame's globals and locals), keeps the tensor under
 ``handle`` and answers one short line with the pid, which tells the
@@ -65,7 +65,7 @@ def publish(expression: str, handle: str) -> str:
         _held.move_to_end(handle)
         while len(_held) > MAX_HELD:
             _held.popitem(last=False)
-    from hookscope import tensor_repr
+    from hookscope.debugger import tensor_repr
 
     return f"hookscope-ok pid={os.getpid()} handle={handle} {tensor_repr.tensor_line(tensor)}"
 
@@ -77,7 +77,7 @@ def find_tensor(value: Any, path: str) -> tuple[Any, str]:
         return None, path
     if isinstance(value, torch.Tensor):
         return value, path
-    from hookscope import summaries
+    from hookscope.hooks import summaries
 
     for inner_path, tensor in summaries.iter_tensors(value, path, limit=1):
         return tensor, inner_path
@@ -110,7 +110,7 @@ def answer(request: dict) -> dict:
     (``batch``, ``page``, ``per_page``, ``channel``, ``shared_scale``, ``cmap``)
     or ``'summary'`` (no image).
     """
-    from hookscope.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ProtocolError
+    from hookscope.link.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ProtocolError
 
     handle = request.get("handle")
     entry = held(handle) if isinstance(handle, str) else None
@@ -122,14 +122,14 @@ def answer(request: dict) -> dict:
     options = request.get("options") or {}
     if not isinstance(options, dict):
         raise ProtocolError(ERR_BAD_MESSAGE, "inspectValue options must be a map")
-    from hookscope import tensor_repr
+    from hookscope.debugger import tensor_repr
 
     body: dict[str, Any] = {"summary": tensor_repr.tensor_summary(tensor, label), "path": path}
     view = options.get("view", "slice")
     if view == "summary" or tensor_repr.summaries._unsupported(tensor) is not None or tensor.numel() == 0:
         return body
     if view in ("featureMap", "slice"):
-        from hookscope import image_packages
+        from hookscope.engine import image_packages
 
         absent = image_packages.missing(view)
         if absent:  # the summary still shows, with the reason there is no picture

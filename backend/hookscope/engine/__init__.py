@@ -1,0 +1,1 @@
+"""The debuggee's engine: the editor's requests turned into hooks — layer breakpoints, value conditions checked once per step, break on NaN/Inf and gradient health, watches, renders, interventions, finding the user's models."""
