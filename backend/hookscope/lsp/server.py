@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 from lsprotocol import types
@@ -33,6 +36,11 @@ LIVE_SUMMARIES = "hookscope/liveSummaries"
 SOURCE = "hookscope"
 DIAGNOSTICS_DELAY_S = 0.15
 """Wait this long after the last edit before re-checking (typing stays smooth)."""
+LARGE_DOCUMENT_CHARS = 200_000
+"""A document this long (about 5,000 lines) is analysed on a worker thread, not on the server's loop:
+a 50,000-line file takes over a second to analyse, and other documents' requests must not wait."""
+
+T = TypeVar("T")
 
 LSP_SEVERITY = {
     Severity.ERROR: types.DiagnosticSeverity.Error,
@@ -87,8 +95,12 @@ class HookscopeLanguageServer(LanguageServer):
         self.docs_url: str | None = default_docs_url()
         self.diagnostics_delay_s = DIAGNOSTICS_DELAY_S
         self._pending: dict[str, asyncio.TimerHandle] = {}
+        self._publishing: set[asyncio.Task[None]] = set()
         self._document_keys: dict[str, int] = {}
         self._document_uris: dict[int, str] = {}
+        self._keys_lock = threading.Lock()  # lens sets of large documents are built on the worker
+        # One worker: large documents' work runs in order, so a version is analysed once.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookscope-lsp-analysis")
 
     # -- documents ---------------------------------------------------------------
 
@@ -97,16 +109,31 @@ class HookscopeLanguageServer(LanguageServer):
         with collection_paused():
             return self.documents.get(uri, document.path, document.version, document.source)
 
+    async def off_loop_if_large(self, uri: str, work: Callable[..., T], *args: Any) -> T:
+        """Run ``work`` for document ``uri`` on the worker when the document is large, inline otherwise.
+
+        The analysis is pure Python, so it still shares the interpreter; but the loop gets it back
+        every few milliseconds and answers the other documents meanwhile.
+        """
+        document = self.workspace.get_text_document(uri)
+        if len(document.source) < LARGE_DOCUMENT_CHARS:
+            return work(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._worker, work, *args)
+
+    async def state_async(self, uri: str) -> DocumentState:
+        return await self.off_loop_if_large(uri, self.state, uri)
+
     def converter(self, state: DocumentState) -> RangeConverter:
         return RangeConverter(self.workspace.position_codec, state.analysis.positions.lines)
 
     def document_key(self, uri: str) -> int:
         """A small number standing for ``uri`` in code lens ``data``."""
-        if uri not in self._document_keys:
-            key = len(self._document_keys) + 1
-            self._document_keys[uri] = key
-            self._document_uris[key] = uri
-        return self._document_keys[uri]
+        with self._keys_lock:
+            if uri not in self._document_keys:
+                key = len(self._document_keys) + 1
+                self._document_keys[uri] = key
+                self._document_uris[key] = uri
+            return self._document_keys[uri]
 
     def lens_set(self, uri: str) -> tuple[DocumentState, LensSet]:
         state = self.state(uri)
@@ -116,30 +143,41 @@ class HookscopeLanguageServer(LanguageServer):
             state.lenses = (self.live.generation, lens_set)
         return state, state.lenses[1]
 
+    async def lens_set_async(self, uri: str) -> tuple[DocumentState, LensSet]:
+        return await self.off_loop_if_large(uri, self.lens_set, uri)
+
     # -- diagnostics -------------------------------------------------------------
 
     def schedule_diagnostics(self, uri: str, delay_s: float) -> None:
         pending = self._pending.pop(uri, None)
         if pending is not None:
             pending.cancel()
-        if delay_s <= 0:
-            self.publish_diagnostics(uri)
-            return
-        self._pending[uri] = asyncio.get_running_loop().call_later(delay_s, self.publish_diagnostics, uri)
+        self._pending[uri] = asyncio.get_running_loop().call_later(max(delay_s, 0), self._start_publishing, uri)
 
-    def publish_diagnostics(self, uri: str) -> None:
+    def _start_publishing(self, uri: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.publish_diagnostics(uri))
+        self._publishing.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._publishing.discard)
+
+    async def publish_diagnostics(self, uri: str) -> None:
         """Analyse the current version (the cache then serves lenses and hovers) and publish."""
         self._pending.pop(uri, None)
         try:
-            document = self.workspace.get_text_document(uri)
-            with collection_paused():
-                state = self.state(uri)
-                diagnostics = [] if state.stale else self.to_diagnostics(state)
+            version, diagnostics = await self.off_loop_if_large(uri, self.diagnostics_of, uri)
+            if uri not in self.workspace.text_documents:  # closed while it was analysed
+                self.documents.forget(uri)
+                return
             self.text_document_publish_diagnostics(
-                types.PublishDiagnosticsParams(uri=uri, version=document.version, diagnostics=diagnostics)
+                types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=diagnostics)
             )
         except Exception:  # never let one document take the server down
             log.exception("diagnostics failed for %s", uri)
+
+    def diagnostics_of(self, uri: str) -> tuple[int | None, list[types.Diagnostic]]:
+        """The analysed version and its diagnostics."""
+        with collection_paused():
+            state = self.state(uri)
+            return state.version, [] if state.stale else self.to_diagnostics(state)
 
     def to_diagnostics(self, state: DocumentState) -> list[types.Diagnostic]:
         converter = self.converter(state)
@@ -238,13 +276,13 @@ def on_configuration(ls: HookscopeLanguageServer, params: types.DidChangeConfigu
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS, types.CodeLensOptions(resolve_provider=True))
-def on_code_lens(ls: HookscopeLanguageServer, params: types.CodeLensParams) -> PlainResult:
-    _, lens_set = ls.lens_set(params.text_document.uri)
+async def on_code_lens(ls: HookscopeLanguageServer, params: types.CodeLensParams) -> PlainResult:
+    _, lens_set = await ls.lens_set_async(params.text_document.uri)
     return PlainResult(lens_set.unresolved)
 
 
 @server.feature(types.CODE_LENS_RESOLVE)
-def on_code_lens_resolve(ls: HookscopeLanguageServer, lens: types.CodeLens) -> PlainResult:
+async def on_code_lens_resolve(ls: HookscopeLanguageServer, lens: types.CodeLens) -> PlainResult:
     """Fill in the command of a lens from the current lens set of its document."""
     data = lens.data
     unresolved = {"range": ls.protocol._converter.unstructure(lens.range), "data": data}
@@ -254,7 +292,7 @@ def on_code_lens_resolve(ls: HookscopeLanguageServer, lens: types.CodeLens) -> P
     uri = ls._document_uris.get(key)  # type: ignore[arg-type]
     if uri is None or uri not in ls.workspace.text_documents:
         return PlainResult(unresolved)
-    state, lens_set = ls.lens_set(uri)
+    state, lens_set = await ls.lens_set_async(uri)
     if state.version != version or not 0 <= index < len(lens_set.resolved):  # type: ignore[operator]
         # The document changed since; the editor asks for fresh lenses anyway.
         return PlainResult({**unresolved, "command": {"title": "…", "command": ""}})
@@ -262,8 +300,8 @@ def on_code_lens_resolve(ls: HookscopeLanguageServer, lens: types.CodeLens) -> P
 
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)
-def on_hover(ls: HookscopeLanguageServer, params: types.HoverParams) -> types.Hover | None:
-    state = ls.state(params.text_document.uri)
+async def on_hover(ls: HookscopeLanguageServer, params: types.HoverParams) -> types.Hover | None:
+    state = await ls.state_async(params.text_document.uri)
     return build_hover(state, ls.converter(state), params.position, state.live_matches(ls.live))
 
 
@@ -271,9 +309,9 @@ def on_hover(ls: HookscopeLanguageServer, params: types.HoverParams) -> types.Ho
     types.TEXT_DOCUMENT_CODE_ACTION,
     types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]),
 )
-def on_code_action(ls: HookscopeLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+async def on_code_action(ls: HookscopeLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
-    state = ls.state(uri)
+    state = await ls.state_async(uri)
     if state.stale:
         return []
     converter = ls.converter(state)

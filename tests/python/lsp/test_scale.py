@@ -11,9 +11,15 @@ from __future__ import annotations
 import gc
 import time
 
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
 from hookscope.lsp.analysis import analyze
 from hookscope.lsp.diagnostics import find_problems
 from hookscope.lsp.gc_pause import collection_paused
+
+from .helpers import open_document, wait_until
 
 BLOCK = '''
 class Block{i}(nn.Module):
@@ -72,3 +78,22 @@ def test_analysis_and_rules_time_grows_linearly():
     small = min(rule_work(small_text)[1] for _ in range(2))
     large = min(rule_work(large_text)[1] for _ in range(2))
     assert large / small < 6, f"10k lines: {small:.2f} s, 40k lines: {large:.2f} s ({large / small:.1f}x)"
+
+
+@pytest.mark.asyncio
+async def test_a_large_file_does_not_hold_up_other_documents(client: LanguageClient, tmp_path):
+    """A 50,000-line file takes over a second to analyse; a small file opened right after it gets
+    its lenses before the large one's first diagnostics are published (analysed on a worker)."""
+    large_path = tmp_path / "large.py"
+    large_text = generated(4200)
+    assert large_text.count("\n") > 50_000
+    large = open_document(client, large_path, large_text)
+    small_path = tmp_path / "small.py"
+    small_path.write_text("import torch.nn as nn\n" + BLOCK.format(i=0).replace("block_0.fc.register_forward_hook(hook)", ""))
+    small = open_document(client, small_path)
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=small)))
+    assert lenses, f"{small_path.name} has lenses"
+    assert large not in client.diagnostics, "the small file waited for the large one"
+    await wait_until(lambda: large in client.diagnostics, "the large file's diagnostics", deadline_s=120)
+    assert len(client.diagnostics[large]) == 4200  # one HS001 per block: the work was done, not skipped
