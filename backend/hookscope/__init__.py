@@ -1,7 +1,7 @@
 """Hookscope: PyTorch hooks as debugger features.
 
 The public API works with no editor at all; the agent (started by the
-editor's bootstrap, by ``python -m hookscope.debugger.launch`` or by ``connect()``)
+editor's bootstrap, by ``python -m hookscope.launch`` or by ``connect()``)
 adds layer breakpoints and live summaries inside a debug session.
 Heavy modules (torch) load lazily so ``import hookscope`` stays cheap.
 """

@@ -1,4 +1,4 @@
-"""``python -m hookscope.debugger.launch [--addr HOST:PORT] [--token T] script.py args…``: run a script with the agent.
+"""``python -m hookscope.launch [--addr HOST:PORT] [--token T] script.py args…``: run a script with the agent.
 
 The script runs as ``__main__`` exactly as ``python script.py args…`` would
 (``sys.argv``, ``sys.path[0]``), after the agent was started from the
@@ -18,7 +18,7 @@ from hookscope.link import agent
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m hookscope.debugger.launch",
+        prog="python -m hookscope.launch",
         description="Run a Python script (or -m module) with the Hookscope agent connected to the editor.")
     parser.add_argument("--addr", help=f"editor address host:port (default ${agent.ENV_ADDR})")
     parser.add_argument("--token", help=f"session token (default ${agent.ENV_TOKEN})")
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     addr = args.addr or os.environ.get(agent.ENV_ADDR)
     token = args.token if args.token is not None else os.environ.get(agent.ENV_TOKEN)
     if not addr or token is None:
-        print("hookscope.debugger.launch: no editor address/token (--addr/--token or "
+        print("hookscope.launch: no editor address/token (--addr/--token or "
               f"{agent.ENV_ADDR}/{agent.ENV_TOKEN}); running without Hookscope", file=sys.stderr)
     else:
         agent.start(addr, token)

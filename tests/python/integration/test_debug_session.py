@@ -152,7 +152,7 @@ def test_launch_module_starts_the_agent():
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKSCOPE_")}
         process = subprocess.Popen(
-            [sys.executable, "-m", "hookscope.debugger.launch", "--addr", link.addr, "--token", link.token,
+            [sys.executable, "-m", "hookscope.launch", "--addr", link.addr, "--token", link.token,
              str(TINY_CNN), "--steps", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, cwd=ROOT)
         conn = link.wait_connection(DEADLINE)
