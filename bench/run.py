@@ -108,8 +108,15 @@ def under_debugpy(python: str, command: list[str], env: dict[str, str], timeout:
     the extension launches it (justMyCode, Hookscope's rule); returns what it printed."""
     printed: list[str] = []
     dap = DapClient.start_adapter(python)
-    dap.on_event = lambda event: printed.append(event["body"].get("output", "")) if (
-        event.get("event") == "output" and event["body"].get("category") == "stdout") else None
+    errors: list[str] = []
+
+    def on_event(event: dict) -> None:
+        if event.get("event") == "output":
+            category = event["body"].get("category")
+            (printed if category == "stdout" else errors if category == "stderr" else []).append(
+                event["body"].get("output", ""))
+
+    dap.on_event = on_event
     try:
         dap.initialize("hookscope-bench")
         launch = dap.send_request("launch", {
@@ -126,7 +133,16 @@ def under_debugpy(python: str, command: list[str], env: dict[str, str], timeout:
         dap.wait_event("terminated", timeout=timeout)
     finally:
         dap.close()
+    if not out_file_written(command):
+        # the program died: its traceback is what the results page needs, not a missing file
+        raise RuntimeError("the worker wrote no results; its stderr ended with:\n"
+                           + "".join(errors)[-2000:].strip())
     return "".join(printed)
+
+
+def out_file_written(command: list[str]) -> bool:
+    """Whether the worker's ``--out`` file exists (True for a command without one)."""
+    return "--out" not in command or Path(command[command.index("--out") + 1]).exists()
 
 
 def peer_available(mode: str, python: str) -> str | None:
