@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 NPM    ?= npm
 
-.PHONY: setup setup-python setup-node build wheel bundle package demo studio test test-python test-ts test-e2e screenshots bench protocol clean
+.PHONY: setup setup-python setup-node build wheel bundle package demo studio test test-python test-ts test-e2e screenshots bench bench-editor protocol clean
 
 setup: setup-python setup-node
 
@@ -95,8 +95,12 @@ $(BENCH_VENV)/.stamp: pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[dev]' transformers torchlens
 	touch $@
 
-bench: $(BENCH_VENV)/.stamp
+bench: $(BENCH_VENV)/.stamp package
 	$(BENCH_VENV)/bin/python bench/run.py --python $(BENCH_VENV)/bin/python
+
+# The editor-latency rows alone (hook -> Tensors panel, stop -> Variables), in code-server.
+bench-editor: package
+	bash tests/e2e/run.sh bench/editor/latency.bench.ts
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) node_modules dist out *.vsix .e2e build bundled/libs bundled/tool bundled/.*.stamp

@@ -50,7 +50,18 @@ PEER_MODES = {
 }
 SIDE_BY_SIDE_MODE = "hookscope-side-by-side"
 NAN_FLOOR_DEBUGPY = "nan_floor.py under debugpy"
-EXTRAS = ("latency.py", "nan_floor.py", "render_bench.py", "lsp_bench.py", "variables_bench.py", NAN_FLOOR_DEBUGPY)
+EDITOR_LATENCY = "Editor latency in a real VS Code"
+"""bench/editor/latency.bench.ts, run through the e2e harness (code-server + Chromium + the .vsix)."""
+EDITOR_LATENCY_METHOD = (
+    "Measured through the extension installed from hookscope.vsix in code-server, driven by Chromium "
+    "(`make bench-editor`). Every timestamp is this machine's wall clock in ms, taken where the thing "
+    "happens: the training script's own forward pre-hook on the watched layer (the hook firing), a "
+    "MutationObserver in the Tensors panel's webview or in the workbench page (the DOM change; the "
+    "paint follows within a frame), and the extension's trace line for a layer breakpoint's hit. The "
+    "model steps every ~25 ms; images refresh at most once a second while running, by design, and that "
+    "wait is part of the image row.")
+EXTRAS = ("latency.py", "nan_floor.py", "render_bench.py", "lsp_bench.py", "variables_bench.py", NAN_FLOOR_DEBUGPY,
+          EDITOR_LATENCY)
 """The side benchmarks, in the order RESULTS.md shows them."""
 LABELS = {"plain": "plain Python, no debugger", "debugpy": "under debugpy, no Hookscope",
           **HOOKSCOPE_MODES, **PEER_MODES,
@@ -166,6 +177,17 @@ def extra(script: str, python: str) -> str:
     return proc.stdout.strip()
 
 
+def editor_latency() -> str:
+    """The editor-latency bench's Markdown table, or why it could not run."""
+    with tempfile.TemporaryDirectory(prefix="hookscope-editor-latency-") as tmp:
+        out = Path(tmp) / "latency.md"
+        proc = subprocess.run(["bash", "tests/e2e/run.sh", "bench/editor/latency.bench.ts"], cwd=ROOT, timeout=1200,
+                              env={**os.environ, "HOOKSCOPE_BENCH_OUT": str(out)}, capture_output=True, text=True)
+        if proc.returncode or not out.exists():
+            return f"(`bench/editor/latency.bench.ts` failed: {(proc.stdout + proc.stderr).strip()[-1500:]})"
+        return out.read_text().strip()
+
+
 def nan_floor_under_debugpy(python: str) -> str:
     """nan_floor.py again, under the debugger the rows above measure against."""
     try:
@@ -223,9 +245,8 @@ def main() -> int:
         for device in devices:
             by_device[device] = measure_rows(device, models, args, Path(tmp))
     wanted = [] if args.extras == "none" else args.extras.split(",")
-    side = {name: extra(name, args.python) for name in EXTRAS if name in wanted and name != NAN_FLOOR_DEBUGPY}
-    if NAN_FLOOR_DEBUGPY in wanted:
-        side[NAN_FLOOR_DEBUGPY] = nan_floor_under_debugpy(args.python)
+    special = {NAN_FLOOR_DEBUGPY: lambda: nan_floor_under_debugpy(args.python), EDITOR_LATENCY: editor_latency}
+    side = {name: special[name]() if name in special else extra(name, args.python) for name in EXTRAS if name in wanted}
     text = render_markdown(by_device, devices, models, args, side)
     Path(args.out).write_text(text, encoding="utf-8")
     print(text)
@@ -270,6 +291,9 @@ def render_markdown(by_device: dict[str, dict], devices: dict[str, str], models:
                   "so the memory table is the CPU run's only."]
         lines += device_tables(by_device[device], models, heading="###", memory=False)
     for name, text in side.items():
+        if name == EDITOR_LATENCY:  # a Markdown table of its own
+            lines += ["", f"## {name}", "", EDITOR_LATENCY_METHOD, "", text]
+            continue
         lines += ["", f"## {name}", "", "```", text, "```"]
     return "\n".join(lines) + "\n"
 
