@@ -5,7 +5,9 @@ import { strict as assert } from 'node:assert';
 import { RequestError } from '../../extension/src/backend/connection';
 import type { BackendHub } from '../../extension/src/backend/hub';
 import { Emitter } from '../../extension/src/common/events';
-import { nullLogger, nullTracer } from '../../extension/src/common/logger';
+import { nullTracer, type Logger } from '../../extension/src/common/logger';
+
+const quietLogger: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 import type { HitMessage, TensorSummary } from '../../extension/src/protocol/messages.gen';
 import type { PanelView } from '../../extension/src/protocol/webview';
 import { PanelController } from '../../extension/src/views/panelController';
@@ -167,7 +169,7 @@ describe('panel: render replies become images, notes or errors', () => {
       if (p.tensor === 'output') throw new RequestError('notAvailable', 'no forward of blocks.1.mix was seen in step 4');
       return { ...png, meta: { of: { layer: 'blocks.1.mix', tensor: 'grad_output[0]', step: 4 } } };
     });
-    const panel = new PanelController(hub, nullLogger, nullTracer, () => 4);
+    const panel = new PanelController(hub, quietLogger, nullTracer, () => 4);
     hits.fire({ process: { id: 'c1', label: 'pid 1', models: new Map() }, hit: hit('blocks.1.mix', 'backward', 4) });
     const [side, editor] = await Promise.all([
       panel.renderFigures('featureMap', { page: 0 }, ['grad_output', 'output']),
@@ -191,7 +193,7 @@ describe('panel: render replies become images, notes or errors', () => {
       if (fail) throw new RequestError('badMessage', 'render featureMap: bad options');
       return { ...png, meta: {} };
     });
-    const panel = new PanelController(hub, nullLogger, nullTracer, () => 4);
+    const panel = new PanelController(hub, quietLogger, nullTracer, () => 4);
     hits.fire({ process: { id: 'c1', label: 'pid 1', models: new Map() }, hit: hit('a', 'forward', 1) });
     const [failed] = await panel.renderFigures('featureMap', {}, ['output']);
     assert.equal(failed.error, 'render featureMap: bad options');

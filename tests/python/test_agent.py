@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -274,3 +275,21 @@ def test_request_budget_gives_a_share_in_turns():
     budget.available()
     budget.spend(0.25)  # never more than the burst in hand
     assert not budget.available()
+
+
+def test_a_bug_in_a_handler_is_answered_internal_and_logged_with_its_traceback(link, make_agent, caplog):
+    """Hookscope's own bug is not the editor's fault: 'internal', never 'badMessage', and the
+    traceback goes to the agent's log (its logger does not propagate into the user's logging)."""
+    agent_log = logging.getLogger("hookscope.link.agent")
+    agent_log.addHandler(caplog.handler)
+    caplog.set_level(logging.DEBUG, logger="hookscope.link.agent")
+    try:
+        make_agent(link)
+        conn = link.wait_connection(10)
+        with pytest.raises(RequestError) as err:
+            conn.request("removeHooks")
+        assert err.value.code == protocol.ERR_INTERNAL
+        assert wait_until(lambda: "Traceback" in caplog.text and "RuntimeError: boom" in caplog.text)
+        assert conn.request("ping")["pid"] == os.getpid()
+    finally:
+        agent_log.removeHandler(caplog.handler)

@@ -203,9 +203,13 @@ class Engine:
             raise ProtocolError(protocol.ERR_UNKNOWN_TYPE, f"the engine does not handle {str(rtype)[:64]!r}")
         try:
             return handler(request)
-        except ProtocolError:
+        except ProtocolError:  # (a ValueError too)
             raise
-        except (ValueError, TypeError, IndexError, KeyError) as exc:
+        except (ValueError, IndexError) as exc:
+            # The request's values do not fit what they name (a channel past the layer's, an axis the
+            # tensor lacks): the public API (visuals, interventions) refuses such arguments with these.
+            # Anything else a handler raises (KeyError, TypeError, AttributeError…) is Hookscope's own
+            # bug: the agent logs it with its traceback and answers 'internal', never blaming the editor.
             raise ProtocolError(ERR_BAD_MESSAGE, f"{rtype}: {exc}") from exc
 
     def _req_setBreakpoints(self, request: dict) -> dict:

@@ -63,9 +63,3 @@ export function layersAtLine(models: readonly ModelTree[], file: string, line0: 
   const defined = layersDefinedAt(models, file, line0 + 1);
   return defined.length > 0 ? defined : layersCalledAt(models, file, lineText);
 }
-
-/** The (file, 1-based line) where a layer was defined, if the backend knows it. */
-export function definitionOf(model: ModelTree, layer: string): { file: string; line: number } | undefined {
-  const m = model.modules.find((x) => x.name === layer);
-  return m?.file && m.line ? { file: m.file, line: m.line } : undefined;
-}

@@ -13,5 +13,4 @@ export interface Tracer {
   event(name: string, data?: Record<string, unknown>): void;
 }
 
-export const nullLogger: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 export const nullTracer: Tracer = { event() {} };

@@ -400,3 +400,16 @@ def test_inspect_value_needs_a_pause(setup):
     with pytest.raises(ProtocolError) as info:
         req(engine, "inspectValue", expression="output")
     assert info.value.code == protocol.ERR_NOT_AVAILABLE
+
+
+def test_a_bug_inside_a_handler_is_not_called_a_bad_message(setup, monkeypatch):
+    """An internal KeyError is Hookscope's bug: it leaves the engine as itself (the agent answers
+    'internal' and logs the traceback), not as a badMessage blaming the editor."""
+    _, engine, _ = setup
+
+    def broken(request):
+        return {}["missing"]
+
+    monkeypatch.setattr(engine, "_req_listHooks", broken)
+    with pytest.raises(KeyError):
+        req(engine, "listHooks")

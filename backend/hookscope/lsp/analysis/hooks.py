@@ -52,10 +52,6 @@ class HookRegistration:
     with_kwargs: bool
     functions: list[HookFunction] = field(default_factory=list)
 
-    @property
-    def method_node(self) -> ast.expr:
-        return self.call.func
-
     def params(self, function: HookFunction) -> dict[str, str]:
         """Role -> parameter name for a resolved hook function.
 
