@@ -87,10 +87,8 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
     const where = isLineArgument(arg) ? { uri: toUri(arg.uri), line: arg.line } : arg === undefined ? cursorLine() : undefined;
     if (!where) return pickModule(title);
     const document = await vscode.workspace.openTextDocument(where.uri);
-    const refs = breakpoints.layersAt(document, where.line);
-    const nodes = refs
-      .flatMap((r) => hub.processes().map((p) => layers.node(`${p.id}/${r.model}/${r.layer}`)))
-      .filter((n): n is LayerNode => !!n);
+    const refs = await breakpoints.layersAt(document, where.line);
+    const nodes = refs.map((r) => layers.node(`${r.process}/${r.model}/${r.layer}`)).filter((n): n is LayerNode => !!n);
     if (nodes.length === 1) return nodes[0];
     if (nodes.length === 0) {
       void vscode.window.showInformationMessage(

@@ -11,8 +11,7 @@ import {
   mapLine,
   toSpec,
 } from '../../extension/src/breakpoints/model';
-import { calledAttribute, layersAtLine, layersDefinedAt, normalizePath } from '../../extension/src/breakpoints/lineMapping';
-import type { ModelTree } from '../../extension/src/protocol/messages.gen';
+import { layersAtLine } from '../../extension/src/breakpoints/lineLayers';
 
 const URI = 'file:///w/cnn.py';
 const FILE = '/w/cnn.py';
@@ -179,41 +178,36 @@ describe('breakpoints: resolution statuses', () => {
   });
 });
 
-const tree: ModelTree = {
-  id: 'm1', name: 'model', cls: 'Net', params: 100,
-  modules: [
-    { name: '', cls: 'Net', params: 0, totalParams: 100, leaf: false },
-    { name: 'conv1', cls: 'Conv2d', params: 10, totalParams: 10, leaf: true, file: FILE, line: 12 },
-    { name: 'layer1', cls: 'Sequential', params: 0, totalParams: 60, leaf: false, file: FILE, line: 13 },
-    { name: 'layer1.0', cls: 'Block', params: 0, totalParams: 30, leaf: false, file: FILE, line: 14 },
-    { name: 'layer1.0.conv1', cls: 'Conv2d', params: 30, totalParams: 30, leaf: true, file: FILE, line: 5 },
-    { name: 'layer1.1', cls: 'Block', params: 0, totalParams: 30, leaf: false, file: FILE, line: 15 },
-    { name: 'layer1.1.conv1', cls: 'Conv2d', params: 30, totalParams: 30, leaf: true, file: FILE, line: 5 },
-    { name: 'fc', cls: 'Linear', params: 30, totalParams: 30, leaf: true, file: '/w/heads.py', line: 12 },
-  ],
-};
+describe('breakpoints: line -> layers (asked of the backend)', () => {
+  type Asked = { process: string; type: string; params: unknown };
 
-describe('breakpoints: line -> layers', () => {
-  it('finds definitions by file and 1-based line (every instance a line creates)', () => {
-    assert.deepEqual(layersDefinedAt([tree], FILE, 5).map((r) => r.layer), ['layer1.0.conv1', 'layer1.1.conv1']);
-    assert.deepEqual(layersDefinedAt([tree], FILE, 12).map((r) => r.layer), ['conv1']);
-    assert.deepEqual(layersDefinedAt([tree], '/w/heads.py', 12).map((r) => r.layer), ['fc']);
+  function fakeHub(answers: Record<string, { layers: unknown[] } | Error>, asked: Asked[]) {
+    return {
+      processes: () => Object.keys(answers).map((id) => ({ id })),
+      request: (process: string, type: string, params: unknown) => {
+        asked.push({ process, type, params });
+        const answer = answers[process];
+        return answer instanceof Error ? Promise.reject(answer) : Promise.resolve(answer);
+      },
+    } as unknown as Parameters<typeof layersAtLine>[0];
+  }
+
+  it('asks every connected process resolveLayers for the file and 1-based line, and names the process', async () => {
+    const asked: Asked[] = [];
+    const hub = fakeHub({
+      c1: { layers: [{ model: 'm1', layer: 'fc1', cls: 'Linear' }, { model: 'm1', layer: 'act', cls: 'GELU' }] },
+      c2: { layers: [{ model: 'm1', layer: 'fc1', cls: 'Linear' }] },
+    }, asked);
+    const refs = await layersAtLine(hub, FILE, 31);
+    assert.deepEqual(asked.map((a) => [a.process, a.type, a.params]), [
+      ['c1', 'resolveLayers', { spec: { file: FILE, line: 31 } }],
+      ['c2', 'resolveLayers', { spec: { file: FILE, line: 31 } }],
+    ]);
+    assert.deepEqual(refs.map((r) => `${r.process}/${r.model}/${r.layer}`), ['c1/m1/fc1', 'c1/m1/act', 'c2/m1/fc1']);
   });
 
-  it('parses call sites and maps them to the modules created in the same file', () => {
-    assert.equal(calledAttribute('        x = self.conv1(x)  # first conv'), 'conv1');
-    assert.equal(calledAttribute('        x = self.layer1[0](x)'), 'layer1.0');
-    assert.equal(calledAttribute('        # self.conv1(x)'), undefined);
-    assert.equal(calledAttribute('        y = torch.relu(x)'), undefined);
-    // line 30 (0-based 29) is not a definition; its text calls self.conv1.
-    const refs = layersAtLine([tree], FILE, 29, '        out = self.conv1(out)');
-    assert.deepEqual(refs.map((r) => r.layer), ['conv1', 'layer1.0.conv1', 'layer1.1.conv1']);
-    // A definition line wins over the call heuristic.
-    assert.deepEqual(layersAtLine([tree], FILE, 11, 'self.conv1 = nn.Conv2d(3, 8, 3)').map((r) => r.layer), ['conv1']);
-  });
-
-  it('normalises paths', () => {
-    assert.equal(normalizePath('C:\\w\\cnn.py'), 'c:/w/cnn.py');
-    assert.equal(normalizePath('/w/x/'), '/w/x');
+  it('a process that cannot answer yet (no engine, gone) adds no layer', async () => {
+    const hub = fakeHub({ c1: new Error('notAvailable'), c2: { layers: [{ model: 'm1', layer: 'conv1', cls: 'Conv2d' }] } }, []);
+    assert.deepEqual((await layersAtLine(hub, FILE, 12)).map((r) => r.layer), ['conv1']);
   });
 });

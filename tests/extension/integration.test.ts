@@ -8,6 +8,7 @@
 import { strict as assert } from 'node:assert';
 import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { layersAtLine } from '../../extension/src/breakpoints/lineLayers';
 import { connect } from 'node:net';
 import { join, resolve } from 'node:path';
 import { BackendHub, type ProcessState } from '../../extension/src/backend/hub';
@@ -110,6 +111,13 @@ describe('integration: extension server <-> real Python backend', function () {
     assert.equal(conv1.line, definitionLine);
     assert.equal(resolve(conv1.file!), SCRIPT);
     assert.equal(conv1.totalParams, 4 * 1 * 3 * 3 + 4);
+
+    // Which layers a line means, as the cursor commands ask it: the backend's own resolver.
+    const source = readFileSync(SCRIPT, 'utf8').split('\n');
+    const callLine = source.findIndex((l) => l.includes('x = torch.relu(self.conv1(x))')) + 1;
+    assert.deepEqual((await layersAtLine(hub, SCRIPT, callLine)).map((r) => `${r.process}/${r.layer}`), [`${process1.id}/conv1`]);
+    assert.deepEqual((await layersAtLine(hub, SCRIPT, definitionLine)).map((r) => r.layer), ['conv1']);
+    assert.deepEqual(await layersAtLine(hub, SCRIPT, 1), []);
 
     // A breakpoint on the definition line, as the editor sends it, and one that matches nothing.
     const resolved = waitFor(hub.onDidResolveBreakpoints, (p) => p.resolutions.length === 2, DEADLINE_MS, 'the resolution');

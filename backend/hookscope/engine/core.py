@@ -29,7 +29,7 @@ from hookscope.hooks import copy_safety, summaries
 from hookscope.engine import image_packages, render_subject
 from hookscope.link import protocol
 from hookscope.debugger import stop
-from hookscope.engine.breakpoints import Breakpoint, LayerBreakpoints, ModelIndex
+from hookscope.engine.breakpoints import Breakpoint, BreakpointSpec, LayerBreakpoints, ModelIndex
 from hookscope.hooks.conditions import REPLAY, HookEvent
 from hookscope.engine.grad_health import REARM_RULE as HEALTH_REARM_RULE
 from hookscope.hooks.kept_outputs import BreakpointOutputs, Kept, keep_call
@@ -223,6 +223,24 @@ class Engine:
                 self._notice("warning", entry["error"], "breakpointUnresolved")
         self._warn_if_compiled([layer for entry in resolved for layer in entry.get("layers") or []])
         return {"resolved": resolved}
+
+    def _req_resolveLayers(self, request: dict) -> dict:
+        raw = request.get("spec")
+        if not isinstance(raw, dict):
+            raise ProtocolError(ERR_BAD_MESSAGE, "resolveLayers needs a 'spec' map")
+        # the same resolution as setBreakpoints, on what selects layers only
+        spec = BreakpointSpec.parse({"id": "resolve", **{k: raw[k] for k in ("layer", "cls", "file", "line", "model")
+                                                         if k in raw}})
+        with self._lock:
+            indexes = list(self._indexes.values())
+        layers = []
+        for index in indexes:
+            if spec.model is not None and spec.model != index.model_id:
+                continue
+            modules = index.modules()
+            layers += [{"model": index.model_id, "layer": name, "cls": type(modules[name]).__name__}
+                       for name in index.resolve(spec)]
+        return {"layers": layers}
 
     def _warn_if_compiled(self, layers: list[str]) -> None:
         """Hooks inside a torch.compile'd module do not fire (dynamo does not guard on hooks added

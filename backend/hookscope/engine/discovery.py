@@ -282,12 +282,26 @@ def _container_entries(node: ast.expr) -> list[ast.expr] | None:
     return None
 
 
+def _dict_entry(node: ast.expr, key: str) -> ast.expr | None:
+    """The value for ``key`` in an ``nn.ModuleDict({"key": layer, ...})`` literal."""
+    if isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
+        for k, v in zip(node.args[0].keys, node.args[0].values):
+            if isinstance(k, ast.Constant) and k.value == key:
+                return v
+    return None
+
+
 def _fallback_location(parent: Any, grandparent: Any, parent_attr: str | None,
                        attr: str) -> tuple[str | None, int | None]:
     found = _source_assignment(parent, attr)
     if found is not None:
         return found[0], found[1].lineno
     # An entry of a container literal: look up the container in its own parent.
+    if grandparent is not None and parent_attr is not None and not attr.isdigit():
+        container = _source_assignment(grandparent, parent_attr)
+        entry = _dict_entry(container[1], attr) if container is not None else None
+        if entry is not None:
+            return container[0], entry.lineno
     if grandparent is not None and parent_attr is not None and attr.isdigit():
         container = _source_assignment(grandparent, parent_attr)
         if container is not None:

@@ -219,6 +219,14 @@ MESSAGES: tuple[Message, ...] = (
     ), (
         _f("resolved", "list", "[{id, layers: [qualified names], error?}]"),
     )),
+    Message("resolveLayers", "request", "toBackend",
+            "Which layers a breakpoint spec means, in every model, without setting anything: the one "
+            "answer to 'which layers does this line mean' (definition lines and call sites), also for "
+            "names, globs and classes.", (
+        _f("spec", "map", "a BreakpointSpec's layer / cls / file + line (id, phases and condition are ignored)"),
+    ), (
+        _f("layers", "list", "[{model, layer, cls}] in each model's named_modules() order"),
+    )),
     Message("setBreakOnNonFinite", "request", "toBackend",
             "Break at the first layer that produces NaN/Inf (forward or backward).", (
         _f("enabled", "bool", "on or off"),

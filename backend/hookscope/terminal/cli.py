@@ -10,7 +10,6 @@ summaries, then continues. The program's own output goes to the terminal.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import os
 import queue
@@ -181,26 +180,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     return parser
-
-
-def matching_layers(spec: dict[str, Any], tree: dict[str, Any]) -> list[str]:
-    """Layers of a ModelTree a spec selects by name, glob, class or definition line.
-
-    The same rules as the backend's resolution, minus call-site lines (those need the
-    model's source, which only the backend reads).
-    """
-    selected = []
-    for module in tree["modules"]:
-        name = module["name"]
-        if "layer" in spec and not fnmatch.fnmatchcase(name, spec["layer"]):
-            continue
-        if "cls" in spec and module["cls"] != spec["cls"]:
-            continue
-        if "file" in spec and not (module.get("line") == spec["line"]
-                                   and os.path.realpath(module.get("file", "")) == os.path.realpath(spec["file"])):
-            continue
-        selected.append(name)
-    return selected
 
 
 # ---------------------------------------------------------------------------
@@ -476,12 +455,17 @@ class Runner:
     def _resolve_again(self, conn: BackendConnection) -> None:
         """Which specs match the layers of the models known now (reported once per spec).
 
-        Resolved here from the model trees rather than by re-sending the breakpoints:
-        that would restart their hit counters (``every N``, ``hit N``) mid-run.
+        Asked of the backend's resolver (``resolveLayers``: names, globs, classes, definition lines
+        and call sites, as a breakpoint resolves) rather than by re-sending the breakpoints: that
+        would restart their hit counters (``every N``, ``hit N``) mid-run.
         """
         for spec in self.state.specs:
-            for tree in self.state.models.values():
-                self.state.resolved.setdefault(spec["id"], set()).update(matching_layers(spec, tree))
+            selecting = {key: spec[key] for key in ("layer", "cls", "file", "line") if key in spec}
+            try:
+                layers = conn.request("resolveLayers", timeout=30, spec=selecting)["layers"]
+            except (RequestError, TimeoutError, OSError):
+                continue  # the process went away or cannot answer yet: judged again at the next model
+            self.state.resolved.setdefault(spec["id"], set()).update(entry["layer"] for entry in layers)
         self._report_unresolved(final=False)
 
     def _report_unresolved(self, final: bool) -> None:
@@ -491,8 +475,8 @@ class Runner:
             spec_id = spec["id"]
             if self.state.resolved.get(spec_id) or spec_id in self.state.reported_unresolved:
                 continue
-            if "file" in spec and (not final or spec_id in self.state.fired):
-                continue  # a call-site line only the backend can resolve: judged by whether it fired
+            if "file" in spec and not final:
+                continue  # a line's layers may belong to a model not built yet: judged at the end
             if final and not self.state.models:
                 detail = "no model was found in the program"
             elif "file" in spec:

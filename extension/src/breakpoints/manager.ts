@@ -8,7 +8,7 @@ import type { BackendHub } from '../backend/hub';
 import type { ExtensionLog } from '../common/log';
 import { StateKeys } from '../constants';
 import { writeBreakpointHover } from './hoverText';
-import { layersAtLine, type LayerRef } from './lineMapping';
+import { layersAtLine, type LayerRef } from './lineLayers';
 import {
   BreakpointModel,
   breakpointStatuses,
@@ -109,10 +109,9 @@ export class LayerBreakpointManager implements vscode.Disposable {
     return n;
   }
 
-  /** Layers a line of a document stands for, in every connected process's models. */
-  layersAt(document: vscode.TextDocument, line: number): LayerRef[] {
-    const models = this.hub.processes().flatMap((p) => [...p.models.values()].map((m) => m.tree));
-    return layersAtLine(models, document.uri.fsPath, line, document.lineAt(line).text);
+  /** Layers a line (0-based) of a document stands for, in every connected process's models. */
+  layersAt(document: vscode.TextDocument, line: number): Promise<LayerRef[]> {
+    return layersAtLine(this.hub, document.uri.fsPath, line + 1);
   }
 
   /** Phases set on a layer by breakpoints that resolved to it (or name it). */

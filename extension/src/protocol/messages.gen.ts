@@ -318,6 +318,20 @@ export interface SetBreakpointsResult {
   resolved: unknown[];
 }
 
+/** Which layers a breakpoint spec means, in every model, without setting anything: the one answer to 'which layers does this line mean' (definition lines and call sites), also for names, globs and classes. */
+export interface ResolveLayersRequest {
+  type: 'resolveLayers';
+  id: number;
+  /** a BreakpointSpec's layer / cls / file + line (id, phases and condition are ignored) */
+  spec: Record<string, unknown>;
+}
+
+/** Reply body of resolveLayers. */
+export interface ResolveLayersResult {
+  /** [{model, layer, cls}] in each model's named_modules() order */
+  layers: unknown[];
+}
+
 /** Break at the first layer that produces NaN/Inf (forward or backward). */
 export interface SetBreakOnNonFiniteRequest {
   type: 'setBreakOnNonFinite';
@@ -574,12 +588,13 @@ export interface ByeMessage {
 }
 
 export type FromBackend = HelloMessage | ProcessMessage | ModelAddedMessage | ModelRemovedMessage | HitMessage | SummariesMessage | ShapesMessage | ResumedMessage | NoticeMessage | StatsMessage | HeartbeatRequest | ReplyMessage;
-export type ToBackend = ChallengeMessage | PingRequest | SetBreakpointsRequest | SetBreakOnNonFiniteRequest | SetBreakOnGradientsRequest | SetCompiledEagerRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ReleaseInspectedRequest | ByeMessage;
+export type ToBackend = ChallengeMessage | PingRequest | SetBreakpointsRequest | ResolveLayersRequest | SetBreakOnNonFiniteRequest | SetBreakOnGradientsRequest | SetCompiledEagerRequest | WatchRequest | GetSummariesRequest | GetParamGradsRequest | ListHooksRequest | RemoveHooksRequest | RenderRequest | AddInterventionRequest | RemoveInterventionRequest | ListInterventionsRequest | InspectValueRequest | ReleaseInspectedRequest | ByeMessage;
 
 /** Request type -> its params (without type/id) and its result. */
 export interface RequestMap {
   ping: { params: Omit<PingRequest, 'type' | 'id'>; result: PingResult };
   setBreakpoints: { params: Omit<SetBreakpointsRequest, 'type' | 'id'>; result: SetBreakpointsResult };
+  resolveLayers: { params: Omit<ResolveLayersRequest, 'type' | 'id'>; result: ResolveLayersResult };
   setBreakOnNonFinite: { params: Omit<SetBreakOnNonFiniteRequest, 'type' | 'id'>; result: SetBreakOnNonFiniteResult };
   setBreakOnGradients: { params: Omit<SetBreakOnGradientsRequest, 'type' | 'id'>; result: SetBreakOnGradientsResult };
   setCompiledEager: { params: Omit<SetCompiledEagerRequest, 'type' | 'id'>; result: SetCompiledEagerResult };
@@ -617,6 +632,7 @@ export const MESSAGE_SPECS: Record<string, MessageSpec> = {
   heartbeat: { kind: 'request', direction: 'toExtension', fields: [] },
   ping: { kind: 'request', direction: 'toBackend', fields: [] },
   setBreakpoints: { kind: 'request', direction: 'toBackend', fields: [{ name: 'breakpoints', type: 'list', optional: false }] },
+  resolveLayers: { kind: 'request', direction: 'toBackend', fields: [{ name: 'spec', type: 'map', optional: false }] },
   setBreakOnNonFinite: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }] },
   setBreakOnGradients: { kind: 'request', direction: 'toBackend', fields: [{ name: 'exploding', type: 'float', optional: true }, { name: 'vanishing', type: 'float', optional: true }] },
   setCompiledEager: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }] },

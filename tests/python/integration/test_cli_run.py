@@ -72,3 +72,17 @@ def test_break_on_nonfinite_names_the_planted_layer(tmp_path):
     assert (first["op"]["op"], first["op"]["file"], first["op"]["line"]) == ("Tensor.div", str(nan_py), line)
     assert first["op"]["function"].endswith("Standardize.forward")
     assert events[-1]["event"] == "exited", events[-3:]
+
+
+def test_a_source_line_means_what_the_backend_resolver_says(tmp_path):
+    """`--break FILE:LINE` on a call site (`x = torch.relu(self.conv2(x))`) hits conv2, and a line
+    that defines or calls no layer says so, both answered by the backend's one resolver."""
+    lines = TINY_CNN.read_text().splitlines()
+    call = next(i for i, text in enumerate(lines, start=1) if "# @call.conv2" in text)
+    result = hookscope("run", "--json", "--break", f"{TINY_CNN}:{call}", "--break", f"{TINY_CNN}:1",
+                       str(TINY_CNN), "--steps", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert {e["layer"] for e in events if e["event"] == "hit"} == {"conv2"}
+    unresolved = [e["message"] for e in events if e["event"] == "error" and e.get("code") == "breakpointUnresolved"]
+    assert unresolved == [f"--break '{TINY_CNN}:1': no layer is defined or called at that line"], unresolved
