@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 NPM    ?= npm
 
-.PHONY: setup setup-python setup-node build wheel bundle package demo studio test test-python test-ts test-e2e screenshots bench bench-editor protocol clean
+.PHONY: setup setup-python setup-node build wheel bundle package demo studio test lint test-python test-ts test-e2e screenshots bench bench-editor protocol clean
 
 setup: setup-python setup-node
 
@@ -71,7 +71,14 @@ demo: setup
 studio: package
 	bash tests/e2e/studio.sh
 
-test: setup build test-python test-ts test-e2e
+test: setup build lint test-python test-ts test-e2e
+
+# ruff (lint + format), mypy (strict on the hook primitives that run in the user's process), and the
+# TypeScript typecheck of the extension host and the webview each on its own (test-ts runs it).
+lint: setup-python
+	$(PY) -m ruff check backend tests bench examples
+	$(PY) -m ruff format --check backend tests bench examples
+	$(PY) -m mypy backend/hookscope/hooks
 
 test-python: setup-python
 	$(PY) -m pytest -q

@@ -5,8 +5,12 @@ from __future__ import annotations
 SUMMARY_RATE_HZ = 4.0
 """The panel's rate."""
 
-NEVER_TRUE_BREAKPOINT = {"id": "never", "layer": "*", "phases": ["forward", "backward"],
-                         "condition": {"kind": "absmax_above", "threshold": 1e30}}
+NEVER_TRUE_BREAKPOINT = {
+    "id": "never",
+    "layer": "*",
+    "phases": ["forward", "backward"],
+    "condition": {"kind": "absmax_above", "threshold": 1e30},
+}
 
 NEVER_EXPLODING = 1e30
 """Break on exploding gradients above this: never true, so the row measures the check alone (the
@@ -22,7 +26,11 @@ def requests_for(config: str, model_id: str, layers: list[str]) -> list[dict]:
     return [
         {"type": "setBreakOnNonFinite", "enabled": config == "nonfinite"},
         {"type": "setBreakOnGradients", **({"exploding": NEVER_EXPLODING} if config == "health" else {})},
-        {"type": "watch", "model": model_id, "layers": layers if config == "summaries" else [],
-         "rateHz": SUMMARY_RATE_HZ},
+        {
+            "type": "watch",
+            "model": model_id,
+            "layers": layers if config == "summaries" else [],
+            "rateHz": SUMMARY_RATE_HZ,
+        },
         {"type": "setBreakpoints", "breakpoints": [NEVER_TRUE_BREAKPOINT] if config == "condbp" else []},
     ]

@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "backend"))
 sys.path.insert(0, str(ROOT / "examples"))
 
+from cnn import SmallCNN, make_batch  # noqa: E402
+
 import hookscope  # noqa: E402
-from hookscope.link import codec  # noqa: E402
 from hookscope.hooks.summary_budget import DEFAULT_SHARE  # noqa: E402
+from hookscope.link import codec  # noqa: E402
 from hookscope.link.protocol import MAX_RATE_HZ  # noqa: E402
 from hookscope.terminal.editor_link import EditorLink, RequestError  # noqa: E402
-
-from cnn import SmallCNN, make_batch  # noqa: E402
 
 PANEL_TARGET_MS = 150.0
 
@@ -57,8 +57,7 @@ def main() -> None:
 
     fired: list[float] = []
     small[2].register_forward_pre_hook(lambda *_: fired.append(time.perf_counter()))
-    conn.request("setBreakpoints", breakpoints=[{"id": "lat", "layer": "2", "phases": ["forward"],
-                                                 "action": "log"}])
+    conn.request("setBreakpoints", breakpoints=[{"id": "lat", "layer": "2", "phases": ["forward"], "action": "log"}])
     latencies = []
     x = torch.randn(4, 16)
     for _ in range(200):
@@ -66,8 +65,10 @@ def main() -> None:
         conn.wait_event("hit", timeout=10)
         latencies.append((time.perf_counter() - fired[-1]) * 1e3)
     conn.request("setBreakpoints", breakpoints=[])
-    print(f"hook -> hit frame at the editor: p50 {statistics.median(latencies):.2f} ms, "
-          f"p95 {percentile(latencies, 0.95):.2f} ms (200 hits)")
+    print(
+        f"hook -> hit frame at the editor: p50 {statistics.median(latencies):.2f} ms, "
+        f"p95 {percentile(latencies, 0.95):.2f} ms (200 hits)"
+    )
 
     summary_latency(conn, small, small_id)
     panel_update_latency(conn, cnn, cnn_id)
@@ -91,9 +92,11 @@ def main() -> None:
     size = sum(len(codec.encode(m)) for m in frames)
     tensors = sum(len(m["tensors"]) for m in frames)
     conn.request("watch", model=stack_id, layers=[])
-    print(f"summaries streamed, 1000 layers watched at the highest rate (the summary budget keeps their "
-          f"cost under {DEFAULT_SHARE:.1%} of the time): {len(frames) / elapsed:.0f} frames/s ({tensors / elapsed:.0f} tensor "
-          f"summaries/s), {size / elapsed / 1e6:.2f} MB/s over {elapsed:.1f} s")
+    print(
+        f"summaries streamed, 1000 layers watched at the highest rate (the summary budget keeps their "
+        f"cost under {DEFAULT_SHARE:.1%} of the time): {len(frames) / elapsed:.0f} frames/s ({tensors / elapsed:.0f} tensor "
+        f"summaries/s), {size / elapsed / 1e6:.2f} MB/s over {elapsed:.1f} s"
+    )
     link.close()
 
 
@@ -110,15 +113,16 @@ def summary_latency(conn, small: nn.Module, small_id: str, frames: int = 200) ->
             small(x)
         calls += 1
         try:  # the summary budget may stretch the interval past this call: wait for the next one
-            conn.wait_event("summaries", lambda m: m.get("layer") == "0" and m.get("phase") == "forward",
-                            timeout=0.1)
+            conn.wait_event("summaries", lambda m: m.get("layer") == "0" and m.get("phase") == "forward", timeout=0.1)
         except TimeoutError:
             continue
         latencies.append((time.perf_counter() - fired[-1]) * 1e3)
     conn.request("watch", model=small_id, layers=[])
     handle.remove()
-    print(f"hook -> summaries frame at the editor: p50 {statistics.median(latencies):.2f} ms, "
-          f"p95 {percentile(latencies, 0.95):.2f} ms ({len(latencies)} frames in {calls} calls)")
+    print(
+        f"hook -> summaries frame at the editor: p50 {statistics.median(latencies):.2f} ms, "
+        f"p95 {percentile(latencies, 0.95):.2f} ms ({len(latencies)} frames in {calls} calls)"
+    )
 
 
 def panel_update_latency(conn, cnn: SmallCNN, cnn_id: str, steps: int = 60) -> None:
@@ -143,8 +147,9 @@ def panel_update_latency(conn, cnn: SmallCNN, cnn_id: str, steps: int = 60) -> N
         optimizer.step()
         trained += 1
         try:  # the summary budget may skip this step's summary; the panel then waits for the next
-            conn.wait_event("summaries", lambda m: m.get("layer") == "conv1" and m.get("phase") == "forward",
-                            timeout=0.1)
+            conn.wait_event(
+                "summaries", lambda m: m.get("layer") == "conv1" and m.get("phase") == "forward", timeout=0.1
+            )
         except TimeoutError:
             continue
         image = conn.request("render", view="featureMap", model=cnn_id, layer="conv1")
@@ -153,10 +158,12 @@ def panel_update_latency(conn, cnn: SmallCNN, cnn_id: str, steps: int = 60) -> N
     conn.request("watch", model=cnn_id, layers=[])
     p95 = percentile(latencies, 0.95)
     verdict = "meets" if p95 <= PANEL_TARGET_MS else "MISSES"
-    print(f"panel update, hook -> summaries -> feature-map PNG at the editor (examples/cnn.py conv1, "
-          f"{image['width']}x{image['height']} px): p50 {statistics.median(latencies):.1f} ms, "
-          f"p95 {p95:.1f} ms ({len(latencies)} updates in {trained} steps; target <= {PANEL_TARGET_MS:.0f} ms "
-          f"at p95: {verdict})")
+    print(
+        f"panel update, hook -> summaries -> feature-map PNG at the editor (examples/cnn.py conv1, "
+        f"{image['width']}x{image['height']} px): p50 {statistics.median(latencies):.1f} ms, "
+        f"p95 {p95:.1f} ms ({len(latencies)} updates in {trained} steps; target <= {PANEL_TARGET_MS:.0f} ms "
+        f"at p95: {verdict})"
+    )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 BLOCK = '''
 
 # ---------------------------------------------------------------------------
@@ -134,8 +133,12 @@ class RawClient:
     @classmethod
     async def start(cls) -> RawClient:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "hookscope.lsp",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=2**26,
+            sys.executable,
+            "-m",
+            "hookscope.lsp",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=2**26,
         )
         return cls(process)
 
@@ -159,7 +162,9 @@ class RawClient:
         assert stdout is not None
         while True:
             header = await stdout.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in header.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            length = next(
+                int(line.split(b":")[1]) for line in header.split(b"\r\n") if line.lower().startswith(b"content-length")
+            )
             message = json.loads(await stdout.readexactly(length))
             if "id" in message and "method" in message:  # a request from the server (codeLens refresh)
                 self._write({"jsonrpc": "2.0", "id": message["id"], "result": None})
@@ -184,7 +189,10 @@ def insertion(uri: str, version: int, line: int, character: int, text: str) -> d
 
 
 def replacement(uri: str, version: int, line: int, start: int, end: int, text: str) -> dict:
-    change = {"range": {"start": {"line": line, "character": start}, "end": {"line": line, "character": end}}, "text": text}
+    change = {
+        "range": {"start": {"line": line, "character": start}, "end": {"line": line, "character": end}},
+        "text": text,
+    }
     return {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]}
 
 
@@ -200,17 +208,29 @@ async def run(lines: int, rounds: int) -> int:
         path.write_text(text)
         uri = path.as_uri()
         client = await RawClient.start()
-        await client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                            "initializationOptions": {"diagnosticsDelayMs": 0}})
+        await client.request(
+            "initialize",
+            {
+                "processId": None,
+                "rootUri": None,
+                "capabilities": {},
+                "initializationOptions": {"diagnosticsDelayMs": 0},
+            },
+        )
         client.notify("initialized", {})
 
         def published(version: int) -> tuple[float, dict] | None:
             for at, message in client.notifications:
-                if message.get("method") == "textDocument/publishDiagnostics" and message["params"].get("version") == version:
+                if (
+                    message.get("method") == "textDocument/publishDiagnostics"
+                    and message["params"].get("version") == version
+                ):
                     return at, message
             return None
 
-        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
+        client.notify(
+            "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}
+        )
         await wait_for(lambda: published(1) is not None)
         doc = {"textDocument": {"uri": uri}}
         lens_count = len(await client.request("textDocument/codeLens", doc) or [])  # type: ignore[arg-type]
@@ -218,7 +238,9 @@ async def run(lines: int, rounds: int) -> int:
         hover_position = {"line": hover_line, "character": text.splitlines()[hover_line].index("conv1") + 1}
 
         lines_of_text = text.splitlines()
-        middle = next(i for i in range(len(lines_of_text) // 2, len(lines_of_text)) if "# main path" in lines_of_text[i])
+        middle = next(
+            i for i in range(len(lines_of_text) // 2, len(lines_of_text)) if "# main path" in lines_of_text[i]
+        )
         middle_end = len(lines_of_text[middle])
         comment_at = lines_of_text[middle].index("# main path")
 
@@ -227,8 +249,8 @@ async def run(lines: int, rounds: int) -> int:
         version = 1
         for round_ in range(rounds):
             for samples, change in (
-                (diag_after_edit, lambda v: edit_at_end(uri, v, end_line)),
-                (diag_typing_middle, lambda v: insertion(uri, v, middle, middle_end + round_, "x")),
+                (diag_after_edit, lambda v: edit_at_end(uri, v, end_line)),  # noqa: B023 - called within this iteration
+                (diag_typing_middle, lambda v: insertion(uri, v, middle, middle_end + round_, "x")),  # noqa: B023 - called within this iteration
                 (diag_newline_middle, lambda v: insertion(uri, v, middle + 1, 0, "\n")),
                 (diag_syntax_error, lambda v: replacement(uri, v, middle, comment_at, comment_at + 11, "if x       ")),
                 (None, lambda v: replacement(uri, v, middle, comment_at, comment_at + 11, "# main path")),
@@ -236,7 +258,7 @@ async def run(lines: int, rounds: int) -> int:
                 version += 1
                 sent = time.perf_counter()
                 client.notify("textDocument/didChange", change(version))
-                await wait_for(lambda: published(version) is not None)
+                await wait_for(lambda: published(version) is not None)  # noqa: B023 - called within this iteration
                 if samples is not None:
                     samples.append((published(version)[0] - sent) * 1000)  # type: ignore[index]
             end_line += 1  # the new line in the middle moved the end down
@@ -247,7 +269,7 @@ async def run(lines: int, rounds: int) -> int:
             started = time.perf_counter()
             await client.request("textDocument/codeLens", doc)
             lens_after_edit.append((time.perf_counter() - started) * 1000)
-            await wait_for(lambda: published(version) is not None)
+            await wait_for(lambda: published(version) is not None)  # noqa: B023 - called within this iteration
         for _ in range(rounds):
             started = time.perf_counter()
             await client.request("textDocument/codeLens", doc)
@@ -258,15 +280,19 @@ async def run(lines: int, rounds: int) -> int:
             # a screenful: the editor resolves the ~40 lenses it shows, concurrently
             lenses = await client.request("textDocument/codeLens", doc)
             started = time.perf_counter()
-            screen = await asyncio.gather(*(client.request("codeLens/resolve", lens) for lens in lenses[:SCREEN_LENSES]))  # type: ignore[index]
+            screen = await asyncio.gather(
+                *(client.request("codeLens/resolve", lens) for lens in lenses[:SCREEN_LENSES])
+            )  # type: ignore[index]
             resolve_screen.append((time.perf_counter() - started) * 1000)
             assert all(lens["command"]["title"] for lens in screen)
         assert hover, "the hover found the layer"
         diagnostics = published(version)[1]["params"]["diagnostics"]  # type: ignore[index]
         await client.close()
 
-    print(f"Hookscope LSP latency: {line_count} lines, {lens_count} code lenses, {len(diagnostics)} diagnostics, "
-          f"{rounds} rounds")
+    print(
+        f"Hookscope LSP latency: {line_count} lines, {lens_count} code lenses, {len(diagnostics)} diagnostics, "
+        f"{rounds} rounds"
+    )
     print(f"{'request':<40} {'median ms':>10} {'p95 ms':>10} {'max ms':>10}")
     cached_worst = edit_worst = edit_worst_p95 = 0.0
     for name, samples, cached in (
@@ -286,9 +312,11 @@ async def run(lines: int, rounds: int) -> int:
             edit_worst, edit_worst_p95 = max(edit_worst, median), max(edit_worst_p95, p95)
         print(f"{name:<40} {median:>10.1f} {p95:>10.1f} {top:>10.1f}")
     print(f"target: requests on an analysed version, median < 50 ms -> {'met' if cached_worst < 50 else 'NOT met'}")
-    print(f"target: requests right after an edit (a fresh analysis), median < 50 ms -> "
-          f"{'met' if edit_worst < 50 else f'NOT met ({edit_worst:.0f} ms)'}; "
-          f"p95 < 50 ms -> {'met' if edit_worst_p95 < 50 else f'NOT met ({edit_worst_p95:.0f} ms)'}")
+    print(
+        f"target: requests right after an edit (a fresh analysis), median < 50 ms -> "
+        f"{'met' if edit_worst < 50 else f'NOT met ({edit_worst:.0f} ms)'}; "
+        f"p95 < 50 ms -> {'met' if edit_worst_p95 < 50 else f'NOT met ({edit_worst_p95:.0f} ms)'}"
+    )
     return 0 if cached_worst < 50 else 1
 
 
@@ -305,23 +333,42 @@ async def first_open(lines: int) -> list[tuple[str, float]]:
         large_uri, small_uri = uris
         for measure in ("diagnostics", "codeLens"):
             client = await RawClient.start()
-            await client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                                "initializationOptions": {"diagnosticsDelayMs": 0}})
+            await client.request(
+                "initialize",
+                {
+                    "processId": None,
+                    "rootUri": None,
+                    "capabilities": {},
+                    "initializationOptions": {"diagnosticsDelayMs": 0},
+                },
+            )
             client.notify("initialized", {})
-            client.notify("textDocument/didOpen", {"textDocument": {"uri": small_uri, "languageId": "python",
-                                                                    "version": 1, "text": small}})
+            client.notify(
+                "textDocument/didOpen",
+                {"textDocument": {"uri": small_uri, "languageId": "python", "version": 1, "text": small}},
+            )
             await client.request("textDocument/codeLens", {"textDocument": {"uri": small_uri}})  # analysed, cached
             sent = time.perf_counter()
-            client.notify("textDocument/didOpen", {"textDocument": {"uri": large_uri, "languageId": "python",
-                                                                    "version": 1, "text": text}})
+            client.notify(
+                "textDocument/didOpen",
+                {"textDocument": {"uri": large_uri, "languageId": "python", "version": 1, "text": text}},
+            )
             if measure == "diagnostics":
                 small_lens = client.request("textDocument/codeLens", {"textDocument": {"uri": small_uri}})
                 await small_lens
                 rows.append(("codeLens, small file, behind it", time.perf_counter() - sent))
-                await wait_for(lambda: any(m.get("method") == "textDocument/publishDiagnostics"
-                                           and m["params"]["uri"] == large_uri for _, m in client.notifications), 120)
-                at = next(at for at, m in client.notifications if m.get("method") == "textDocument/publishDiagnostics"
-                          and m["params"]["uri"] == large_uri)
+                await wait_for(
+                    lambda: any(
+                        m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == large_uri
+                        for _, m in client.notifications  # noqa: B023 - called within this iteration
+                    ),
+                    120,
+                )
+                at = next(
+                    at
+                    for at, m in client.notifications
+                    if m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == large_uri
+                )
                 rows.append(("first diagnostics", at - sent))
             else:
                 await client.request("textDocument/codeLens", {"textDocument": {"uri": large_uri}})
@@ -347,7 +394,9 @@ def main() -> int:
     status = asyncio.run(run(args.lines, args.rounds))
     if args.large_lines:
         rows = asyncio.run(first_open(args.large_lines))
-        print(f"Opening a {len(generate(args.large_lines).splitlines())}-line file in a fresh server (diagnostics debounce off):")
+        print(
+            f"Opening a {len(generate(args.large_lines).splitlines())}-line file in a fresh server (diagnostics debounce off):"
+        )
         for name, seconds in rows:
             print(f"{name:<40} {seconds * 1000:>10.0f} ms")
     return status

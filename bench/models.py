@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
@@ -128,7 +128,9 @@ def optimizer_for(name: str, model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=1e-3)
 
 
-def build(name: str, device: str) -> tuple[nn.Module, Callable[[], Batch], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+def build(
+    name: str, device: str
+) -> tuple[nn.Module, Callable[[], Batch], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
     """(model, make_batch, loss_fn) for a benchmark model name."""
     g = torch.Generator().manual_seed(0)
     ce = nn.CrossEntropyLoss()

@@ -20,8 +20,9 @@ import statistics
 import sys
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -31,11 +32,17 @@ sys.path.insert(0, str(HERE.parent / "backend"))
 sys.path.insert(0, str(HERE))
 
 import models  # noqa: E402
-from hookscope.engine.core import Engine  # noqa: E402
 from worker import timed_step  # noqa: E402
 
-PARTS = ("root hooks", "RNG state", "forward output check", "output-gradient hook + end-of-backward callback",
-         "gradient check")
+from hookscope.engine.core import Engine  # noqa: E402
+
+PARTS = (
+    "root hooks",
+    "RNG state",
+    "forward output check",
+    "output-gradient hook + end-of-backward callback",
+    "gradient check",
+)
 ROUNDS = 80
 BLOCK_STEPS = 10
 SETTLE_S = 0.02
@@ -53,9 +60,11 @@ class BareCheck:
         self.root_grad: torch.Tensor | None = None
 
     def install(self) -> None:
-        self.handles = [self.model.register_forward_pre_hook(self.pre, with_kwargs=True),
-                        self.model.register_forward_hook(self.post, with_kwargs=True),
-                        register_optimizer_step_pre_hook(self.before_optimizer)]
+        self.handles = [
+            self.model.register_forward_pre_hook(self.pre, with_kwargs=True),
+            self.model.register_forward_hook(self.post, with_kwargs=True),
+            register_optimizer_step_pre_hook(self.before_optimizer),
+        ]
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -104,8 +113,10 @@ def main() -> None:
     configs: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {"nothing": (lambda: None, lambda: None)}
     for n, part in enumerate(PARTS, 1):
         configs[("+ " if n > 1 else "") + part] = bare(n)
-    configs["Hookscope's sentinel"] = (lambda: engine.set_break_on_nonfinite(True),
-                                       lambda: engine.set_break_on_nonfinite(False))
+    configs["Hookscope's sentinel"] = (
+        lambda: engine.set_break_on_nonfinite(True),
+        lambda: engine.set_break_on_nonfinite(False),
+    )
     times: dict[str, list[float]] = {name: [] for name in configs}
     shuffler = random.Random(7)
     for round_ in range(ROUNDS + 1):  # the first round warms up
@@ -124,8 +135,10 @@ def main() -> None:
     engine.shutdown()
     base = statistics.median(times["nothing"])
     where = "under debugpy" if "debugpy" in sys.modules else "plain Python"
-    print(f"Break on NaN/Inf on the stack of ten, {where}: median of {ROUNDS * BLOCK_STEPS} steps per line, "
-          "configurations taking turns; each line adds one part to the one above")
+    print(
+        f"Break on NaN/Inf on the stack of ten, {where}: median of {ROUNDS * BLOCK_STEPS} steps per line, "
+        "configurations taking turns; each line adds one part to the one above"
+    )
     print(f"{'configuration':52} {'step ms':>8} {'ratio':>7} {'added µs':>9}")
     previous = base
     for name, samples in times.items():

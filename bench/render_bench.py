@@ -102,8 +102,17 @@ def main() -> int:
     results = {name.strip(): measure(fn, args.rounds) for name, fn in rows}
     grid = results["feature map 8x8 grid (1,64,56,56)"]["median_ms"]
     if args.json:
-        print(json.dumps({"threads": 1, "rounds": args.rounds, "grid_target_ms": GRID_TARGET_MS,
-                          "grid_within_target": grid <= GRID_TARGET_MS, "rows": results}))
+        print(
+            json.dumps(
+                {
+                    "threads": 1,
+                    "rounds": args.rounds,
+                    "grid_target_ms": GRID_TARGET_MS,
+                    "grid_within_target": grid <= GRID_TARGET_MS,
+                    "rows": results,
+                }
+            )
+        )
         return 0
     width = max(len(n) for n, _ in rows)
     print(f"Render times, 1 thread, {args.rounds} rounds")

@@ -22,18 +22,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "backend"))
 
+from configs import SIDE_BY_SIDE, requests_for  # noqa: E402
+
 from hookscope import bootstrap  # noqa: E402
 from hookscope.terminal.dap_client import DapClient  # noqa: E402
 from hookscope.terminal.editor_link import EditorLink  # noqa: E402
-
-from configs import SIDE_BY_SIDE, requests_for  # noqa: E402
 
 MODELS = ["cnn", "transformer", "gpt", "resnet18", "stack10", "stack100", "stack1000"]
 HOOKSCOPE_MODES = {
@@ -59,13 +59,25 @@ EDITOR_LATENCY_METHOD = (
     "MutationObserver in the Tensors panel's webview or in the workbench page (the DOM change; the "
     "paint follows within a frame), and the extension's trace line for a layer breakpoint's hit. The "
     "model steps every ~25 ms; images refresh at most once a second while running, by design, and that "
-    "wait is part of the image row.")
-EXTRAS = ("latency.py", "nan_floor.py", "render_bench.py", "lsp_bench.py", "variables_bench.py", NAN_FLOOR_DEBUGPY,
-          EDITOR_LATENCY)
+    "wait is part of the image row."
+)
+EXTRAS = (
+    "latency.py",
+    "nan_floor.py",
+    "render_bench.py",
+    "lsp_bench.py",
+    "variables_bench.py",
+    NAN_FLOOR_DEBUGPY,
+    EDITOR_LATENCY,
+)
 """The side benchmarks, in the order RESULTS.md shows them."""
-LABELS = {"plain": "plain Python, no debugger", "debugpy": "under debugpy, no Hookscope",
-          **HOOKSCOPE_MODES, **PEER_MODES,
-          SIDE_BY_SIDE_MODE: "Hookscope configurations side by side in one process"}
+LABELS = {
+    "plain": "plain Python, no debugger",
+    "debugpy": "under debugpy, no Hookscope",
+    **HOOKSCOPE_MODES,
+    **PEER_MODES,
+    SIDE_BY_SIDE_MODE: "Hookscope configurations side by side in one process",
+}
 
 
 def configure(mode: str, link: EditorLink, expected_models: int, timeout: float = 120.0) -> None:
@@ -84,12 +96,25 @@ def configure(mode: str, link: EditorLink, expected_models: int, timeout: float 
             conn.request(request.pop("type"), **request)
 
 
-def run_row(mode: str, python: str, models: list[str], args: argparse.Namespace, tmp: Path,
-            device: str = "cpu") -> dict:
+def run_row(
+    mode: str, python: str, models: list[str], args: argparse.Namespace, tmp: Path, device: str = "cpu"
+) -> dict:
     out = tmp / f"{mode}-{device}.json"
-    worker = [str(HERE / "worker.py"), "--models", ",".join(models), "--mode", mode,
-              "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", device,
-              "--out", str(out)]
+    worker = [
+        str(HERE / "worker.py"),
+        "--models",
+        ",".join(models),
+        "--mode",
+        mode,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--device",
+        device,
+        "--out",
+        str(out),
+    ]
     if mode == "plain":
         subprocess.run([python, *worker], check=True, cwd=HERE)
         return json.loads(out.read_text())
@@ -105,6 +130,7 @@ def run_row(mode: str, python: str, models: list[str], args: argparse.Namespace,
         def on_launched() -> None:
             configure(mode, link, expected_models=len(models))
             ready.write_text("go")
+
     try:
         under_debugpy(python, worker, env, args.row_timeout, on_launched)
     finally:
@@ -113,8 +139,9 @@ def run_row(mode: str, python: str, models: list[str], args: argparse.Namespace,
     return json.loads(out.read_text())
 
 
-def under_debugpy(python: str, command: list[str], env: dict[str, str], timeout: float,
-                  on_launched: Callable[[], None] | None = None) -> str:
+def under_debugpy(
+    python: str, command: list[str], env: dict[str, str], timeout: float, on_launched: Callable[[], None] | None = None
+) -> str:
     """Run ``command`` (a script and its arguments) under the real debugpy adapter, launched as
     the extension launches it (justMyCode, Hookscope's rule); returns what it printed."""
     printed: list[str] = []
@@ -125,16 +152,29 @@ def under_debugpy(python: str, command: list[str], env: dict[str, str], timeout:
         if event.get("event") == "output":
             category = event["body"].get("category")
             (printed if category == "stdout" else errors if category == "stderr" else []).append(
-                event["body"].get("output", ""))
+                event["body"].get("output", "")
+            )
 
     dap.on_event = on_event
     try:
         dap.initialize("hookscope-bench")
-        launch = dap.send_request("launch", {
-            "name": f"bench {Path(command[0]).name}", "type": "debugpy", "request": "launch",
-            "program": command[0], "args": command[1:], "cwd": str(HERE), "python": [python],
-            "console": "internalConsole", "justMyCode": True, "env": {"PYTHONUNBUFFERED": "1", **env},
-            "rules": [{"module": "hookscope", "include": False}], "redirectOutput": True})
+        launch = dap.send_request(
+            "launch",
+            {
+                "name": f"bench {Path(command[0]).name}",
+                "type": "debugpy",
+                "request": "launch",
+                "program": command[0],
+                "args": command[1:],
+                "cwd": str(HERE),
+                "python": [python],
+                "console": "internalConsole",
+                "justMyCode": True,
+                "env": {"PYTHONUNBUFFERED": "1", **env},
+                "rules": [{"module": "hookscope", "include": False}],
+                "redirectOutput": True,
+            },
+        )
         dap.wait_event("initialized", timeout=60)
         dap.request("setExceptionBreakpoints", {"filters": []})
         dap.request("configurationDone")
@@ -146,8 +186,7 @@ def under_debugpy(python: str, command: list[str], env: dict[str, str], timeout:
         dap.close()
     if not out_file_written(command):
         # the program died: its traceback is what the results page needs, not a missing file
-        raise RuntimeError("the worker wrote no results; its stderr ended with:\n"
-                           + "".join(errors)[-2000:].strip())
+        raise RuntimeError("the worker wrote no results; its stderr ended with:\n" + "".join(errors)[-2000:].strip())
     return "".join(printed)
 
 
@@ -181,8 +220,14 @@ def editor_latency() -> str:
     """The editor-latency bench's Markdown table, or why it could not run."""
     with tempfile.TemporaryDirectory(prefix="hookscope-editor-latency-") as tmp:
         out = Path(tmp) / "latency.md"
-        proc = subprocess.run(["bash", "tests/e2e/run.sh", "bench/editor/latency.bench.ts"], cwd=ROOT, timeout=1200,
-                              env={**os.environ, "HOOKSCOPE_BENCH_OUT": str(out)}, capture_output=True, text=True)
+        proc = subprocess.run(
+            ["bash", "tests/e2e/run.sh", "bench/editor/latency.bench.ts"],
+            cwd=ROOT,
+            timeout=1200,
+            env={**os.environ, "HOOKSCOPE_BENCH_OUT": str(out)},
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode or not out.exists():
             return f"(`bench/editor/latency.bench.ts` failed: {(proc.stdout + proc.stderr).strip()[-1500:]})"
         return out.read_text().strip()
@@ -199,11 +244,14 @@ def nan_floor_under_debugpy(python: str) -> str:
 def chosen_devices(spec: str, python: str) -> dict[str, str]:
     """{device: its name} to measure on: ``auto`` is the CPU, and CUDA when the bench's Python has one."""
     wanted = ["cpu", "cuda"] if spec == "auto" else spec.split(",")
-    code = ("import platform, torch; cuda = torch.cuda.is_available(); "
-            "print(platform.processor() or platform.machine()); "
-            "print(torch.cuda.get_device_name() if cuda else '')")
-    cpu_name, cuda_name = (subprocess.run([python, "-c", code], capture_output=True, text=True).stdout
-                           .splitlines() + ["", ""])[:2]
+    code = (
+        "import platform, torch; cuda = torch.cuda.is_available(); "
+        "print(platform.processor() or platform.machine()); "
+        "print(torch.cuda.get_device_name() if cuda else '')"
+    )
+    cpu_name, cuda_name = (
+        subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.splitlines() + ["", ""]
+    )[:2]
     devices = {}
     for device in wanted:
         if device.startswith("cuda") and not cuda_name:
@@ -215,9 +263,11 @@ def chosen_devices(spec: str, python: str) -> dict[str, str]:
 
 
 def versions(python: str) -> str:
-    code = ("import sys, torch, debugpy, hookscope; "
-            "print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, "
-            "debugpy {debugpy.__version__}, hookscope {hookscope.__version__}')")
+    code = (
+        "import sys, torch, debugpy, hookscope; "
+        "print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, "
+        "debugpy {debugpy.__version__}, hookscope {hookscope.__version__}')"
+    )
     return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
 
 
@@ -226,14 +276,18 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--devices", default="auto",
-                        help="comma-separated devices (cpu, cuda); 'auto': cpu, and cuda when there is one")
+    parser.add_argument(
+        "--devices", default="auto", help="comma-separated devices (cpu, cuda); 'auto': cpu, and cuda when there is one"
+    )
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--modes", default=",".join(LABELS))
     parser.add_argument("--row-timeout", type=float, default=900)
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
-    parser.add_argument("--extras", default=",".join(EXTRAS),
-                        help="comma-separated side benchmarks to run after the rows ('none': only the rows)")
+    parser.add_argument(
+        "--extras",
+        default=",".join(EXTRAS),
+        help="comma-separated side benchmarks to run after the rows ('none': only the rows)",
+    )
     args = parser.parse_args()
     # Workers run in a temporary folder: a relative interpreter path (the Makefile's) must not depend on it.
     # abspath, not resolve(): a venv's python is a symlink whose target is not the venv.
@@ -269,13 +323,19 @@ def measure_rows(device: str, models: list[str], args: argparse.Namespace, tmp: 
     return rows
 
 
-def render_markdown(by_device: dict[str, dict], devices: dict[str, str], models: list[str],
-                    args: argparse.Namespace, side: dict[str, str]) -> str:
+def render_markdown(
+    by_device: dict[str, dict],
+    devices: dict[str, str],
+    models: list[str],
+    args: argparse.Namespace,
+    side: dict[str, str],
+) -> str:
     """The first device's tables, then any other device's in a section of its own, then the side benchmarks."""
     first, *others = by_device
     measured = ", ".join(f"`{device}` ({name})" if name else f"`{device}`" for device, name in devices.items())
     lines = [
-        "# Hookscope benchmark results", "",
+        "# Hookscope benchmark results",
+        "",
         f"Date {datetime.date.today().isoformat()}; machine: {platform.machine()}, {os.cpu_count()} CPUs, "
         f"{platform.platform()}; measured on {measured}; {versions(args.python)}.",
         f"Median of {args.steps} steps after {args.warmup} warm-up steps (forward + backward + optimizer "
@@ -286,9 +346,13 @@ def render_markdown(by_device: dict[str, dict], devices: dict[str, str], models:
         lines.append("No CUDA device was present: CPU rows only.")
     lines += device_tables(by_device[first], models, heading="##")
     for device in others:
-        lines += ["", f"## On `{device}` ({devices[device]})", "",
-                  "The same rows, models and configurations on this device; peak RSS is host memory, "
-                  "so the memory table is the CPU run's only."]
+        lines += [
+            "",
+            f"## On `{device}` ({devices[device]})",
+            "",
+            "The same rows, models and configurations on this device; peak RSS is host memory, "
+            "so the memory table is the CPU run's only.",
+        ]
         lines += device_tables(by_device[device], models, heading="###", memory=False)
     for name, text in side.items():
         if name == EDITOR_LATENCY:  # a Markdown table of its own
@@ -319,8 +383,13 @@ def device_tables(rows: dict, models: list[str], heading: str, memory: bool = Tr
                 cell += f" ({t / plain['results'][model]['median_s']:.2f}×)"
             cells.append(cell)
         lines.append(f"| {LABELS[mode]} | " + " | ".join(cells) + " |")
-    lines += ["", f"{heading} Cost per watched layer (stack of N small layers)", "",
-              "| row | µs per layer per step, N=10 | N=100 | N=1000 |", "|---|---|---|---|"]
+    lines += [
+        "",
+        f"{heading} Cost per watched layer (stack of N small layers)",
+        "",
+        "| row | µs per layer per step, N=10 | N=100 | N=1000 |",
+        "|---|---|---|---|",
+    ]
     if isinstance(base, dict):
         for mode in HOOKSCOPE_MODES:
             row = rows.get(mode)
@@ -337,12 +406,19 @@ def device_tables(rows: dict, models: list[str], heading: str, memory: bool = Tr
             lines.append(f"| {LABELS[mode]} | " + " | ".join(cells) + " |")
     lines += side_by_side_markdown(rows.get(SIDE_BY_SIDE_MODE), models, heading)
     if memory:
-        lines += ["", f"{heading} Memory", "", "| row | peak RSS | tensors alive after the run (not parameters) |",
-                  "|---|---|---|"]
+        lines += [
+            "",
+            f"{heading} Memory",
+            "",
+            "| row | peak RSS | tensors alive after the run (not parameters) |",
+            "|---|---|---|",
+        ]
         for mode, row in rows.items():
             if isinstance(row, dict):
-                lines.append(f"| {LABELS[mode]} | {row['peak_rss_mb']:.0f} MB | {row['live_tensors']} "
-                             f"({row['live_tensor_bytes'] / 1e6:.2f} MB) |")
+                lines.append(
+                    f"| {LABELS[mode]} | {row['peak_rss_mb']:.0f} MB | {row['live_tensors']} "
+                    f"({row['live_tensor_bytes'] / 1e6:.2f} MB) |"
+                )
     return lines
 
 
@@ -350,11 +426,16 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
     """The side-by-side row: each configuration against 'nothing watched' in the same process."""
     if row is None:
         return []
-    lines = ["", f"{heading} Side by side: one process under debugpy, configurations taking turns", "",
-             "The rows above run one after another, so a machine's drift over minutes shows in their ratios. "
-             "Here one process switches configuration every 5 timed steps (untimed steps for at least 2 steps and 20 ms after each switch, "
-             "the order shuffled each round, the first round a warm-up, rounds repeated until a model has stepped 4 s, so that short steps get more samples); ratios divide by 'nothing watched' "
-             "measured in the same rounds.", ""]
+    lines = [
+        "",
+        f"{heading} Side by side: one process under debugpy, configurations taking turns",
+        "",
+        "The rows above run one after another, so a machine's drift over minutes shows in their ratios. "
+        "Here one process switches configuration every 5 timed steps (untimed steps for at least 2 steps and 20 ms after each switch, "
+        "the order shuffled each round, the first round a warm-up, rounds repeated until a model has stepped 4 s, so that short steps get more samples); ratios divide by 'nothing watched' "
+        "measured in the same rounds.",
+        "",
+    ]
     if isinstance(row, str):
         return lines + [row]
     lines += ["| configuration | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
@@ -365,12 +446,18 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
             t, idle = times[config]["median_s"], times["idle"]["median_s"]
             cells.append(f"{t * 1e3:.2f} ms · **{t / idle:.2f}×**")
         lines.append(f"| {LABELS[f'hookscope-{config}']} | " + " | ".join(cells) + " |")
-    lines.append("| timed steps per configuration | "
-                 + " | ".join(str(row["results"][m]["idle"]["steps"]) for m in models) + " |")
+    lines.append(
+        "| timed steps per configuration | "
+        + " | ".join(str(row["results"][m]["idle"]["steps"]) for m in models)
+        + " |"
+    )
     stacks = [m for m in models if m.startswith("stack")]
     if stacks:
-        lines += ["", "| µs per layer per step (side by side) | " + " | ".join(stacks) + " |",
-                  "|---|" + "---|" * len(stacks)]
+        lines += [
+            "",
+            "| µs per layer per step (side by side) | " + " | ".join(stacks) + " |",
+            "|---|" + "---|" * len(stacks),
+        ]
         for config in SIDE_BY_SIDE[1:]:
             cells = []
             for model in stacks:

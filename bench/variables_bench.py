@@ -64,12 +64,20 @@ def time_variables(script: Path, shape: tuple[int, int], presentation: str, roun
     dap = DapClient.start_adapter(env=env)
     try:
         dap.initialize("hookscope-bench")
-        launch = dap.send_request("launch", {
-            "program": str(script), "args": [str(shape[0]), str(shape[1])], "python": [sys.executable],
-            "console": "internalConsole", "justMyCode": True,
-            "env": {"PYTHONPATH": bootstrap.pythonpath(os.environ.get("PYTHONPATH")),
-                    "HOOKSCOPE_TENSOR_VIEW": env["HOOKSCOPE_TENSOR_VIEW"]},
-        })
+        launch = dap.send_request(
+            "launch",
+            {
+                "program": str(script),
+                "args": [str(shape[0]), str(shape[1])],
+                "python": [sys.executable],
+                "console": "internalConsole",
+                "justMyCode": True,
+                "env": {
+                    "PYTHONPATH": bootstrap.pythonpath(os.environ.get("PYTHONPATH")),
+                    "HOOKSCOPE_TENSOR_VIEW": env["HOOKSCOPE_TENSOR_VIEW"],
+                },
+            },
+        )
         dap.wait_event("initialized", timeout=DEADLINE)
         dap.request("configurationDone", timeout=DEADLINE)
         launch.result(DEADLINE)
@@ -88,9 +96,14 @@ def time_variables(script: Path, shape: tuple[int, int], presentation: str, roun
     finally:
         dap.close()
     steady = times[1:]
-    return {"case": f"{shape[0]}x{shape[1]}", "presentation": presentation, "first_ms": round(times[0], 1),
-            "median_ms": round(statistics.median(steady), 1), "max_ms": round(max(steady), 1),
-            "value": value[:90]}
+    return {
+        "case": f"{shape[0]}x{shape[1]}",
+        "presentation": presentation,
+        "first_ms": round(times[0], 1),
+        "median_ms": round(statistics.median(steady), 1),
+        "max_ms": round(max(steady), 1),
+        "value": value[:90],
+    }
 
 
 def main() -> None:
@@ -113,8 +126,10 @@ def main() -> None:
     print(f"DAP 'variables' of a frame holding one float32 CPU tensor ({args.rounds} rounds after the first)")
     print(f"{'tensor':<13} {'presentation':<12} {'first ms':>9} {'median ms':>10} {'max ms':>8}  value")
     for r in rows:
-        print(f"{r['case']:<13} {r['presentation']:<12} {r['first_ms']:>9.1f} {r['median_ms']:>10.1f} "
-              f"{r['max_ms']:>8.1f}  {r['value']}")
+        print(
+            f"{r['case']:<13} {r['presentation']:<12} {r['first_ms']:>9.1f} {r['median_ms']:>10.1f} "
+            f"{r['max_ms']:>8.1f}  {r['value']}"
+        )
     ours = [r for r in rows if r["presentation"] == "hookscope"]
     ok = all(r["median_ms"] < TARGET_MS for r in ours)
     print(f"target: median < {TARGET_MS:.0f} ms with Hookscope -> {'met' if ok else 'NOT met'}")

@@ -23,9 +23,8 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
-
 import models
+import torch
 from configs import SIDE_BY_SIDE, requests_for
 
 
@@ -84,10 +83,11 @@ def one_configuration(built: dict, args: argparse.Namespace, sync) -> dict[str, 
         optimizer = models.optimizer_for(name, model)
         if args.mode == "hf":
             from transformers.debug_utils import DebugUnderflowOverflow
+
             DebugUnderflowOverflow(model)
         before = (lambda x, model=model: torchlens_capture_all(model, x)) if args.mode == "torchlens" else None
         times = [timed_step(model, batch, loss_fn, optimizer, sync, before) for _ in range(args.warmup + args.steps)]
-        results[name] = {"median_s": statistics.median(times[args.warmup:]), "steps": args.steps}
+        results[name] = {"median_s": statistics.median(times[args.warmup :]), "steps": args.steps}
     return results
 
 
@@ -118,9 +118,13 @@ def main() -> None:
     else:
         results = one_configuration(built, args, sync)
     count, size = live_activation_bytes()
-    out = {"mode": args.mode, "results": results,
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "live_tensors": count, "live_tensor_bytes": size}
+    out = {
+        "mode": args.mode,
+        "results": results,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "live_tensors": count,
+        "live_tensor_bytes": size,
+    }
     Path(args.out).write_text(json.dumps(out))
 
 
@@ -158,7 +162,7 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
         optimizer = models.optimizer_for(name, model)
 
         def step() -> float:
-            return timed_step(model, batch, loss_fn, optimizer, sync)
+            return timed_step(model, batch, loss_fn, optimizer, sync)  # noqa: B023 - called within this iteration
 
         times: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
         shuffler = random.Random(ORDER_SEED)

@@ -24,14 +24,41 @@ def connect(addr: str | None = None, token: str | None = None, timeout: float | 
 
 
 # ---- the Python API, loaded on first use so `import hookscope` never imports torch
-_API_NAMES = frozenset((
-    "ActivationStats", "AttentionCapture", "Capture", "GradCheck", "GradEvent", "GradientError",
-    "GradientWarning", "HookSet", "Intervention", "LayerStats", "NonFiniteError", "NonFiniteEvent",
-    "NonFiniteGuard", "activation_stats", "capture", "capture_attention", "grad_cam", "grad_check",
-    "grad_flow", "grad_norms", "input_noise", "intervene", "list_interventions", "live_hook_count",
-    "mean_ablate", "remove_all", "scale_output", "scope", "select_modules", "stop_on_nonfinite",
-    "zero_channels",
-))
+_API_NAMES = frozenset(
+    (
+        "ActivationStats",
+        "AttentionCapture",
+        "Capture",
+        "GradCheck",
+        "GradEvent",
+        "GradientError",
+        "GradientWarning",
+        "HookSet",
+        "Intervention",
+        "LayerStats",
+        "NonFiniteError",
+        "NonFiniteEvent",
+        "NonFiniteGuard",
+        "activation_stats",
+        "capture",
+        "capture_attention",
+        "grad_cam",
+        "grad_check",
+        "grad_flow",
+        "grad_norms",
+        "input_noise",
+        "intervene",
+        "list_interventions",
+        "live_hook_count",
+        "mean_ablate",
+        "remove_all",
+        "scale_output",
+        "scope",
+        "select_modules",
+        "stop_on_nonfinite",
+        "zero_channels",
+    )
+)
 _LAZY_SUBMODULES = frozenset(("api", "visuals"))
 
 

@@ -19,7 +19,7 @@ from hookscope.terminal.editor_link import EditorLink, RequestError
 class FakeEngine:
     """Stands in for hookscope.engine.core.Engine: records calls, answers two requests."""
 
-    instances: list["FakeEngine"] = []
+    instances: list[FakeEngine] = []
 
     def __init__(self, emit):
         self.emit = emit
@@ -62,8 +62,7 @@ def make_agent():
 
     def make(link, **kwargs):
         kwargs.setdefault("engine_ready", lambda: True)
-        a = Agent(link.host, link.port, link.token, link.session, engine_factory=FakeEngine,
-                  discover=False, **kwargs)
+        a = Agent(link.host, link.port, link.token, link.session, engine_factory=FakeEngine, discover=False, **kwargs)
         a.start()
         agents.append(a)
         return a
@@ -94,7 +93,7 @@ def test_queue_drops_and_counts_but_keeps_essential_messages():
 
 
 def test_hello_first_then_requests_reach_the_engine(link, make_agent):
-    a = make_agent(link)
+    make_agent(link)
     conn = link.wait_connection(10)
     hello = conn.hello  # the process's description, sent once both sides proved the token
     protocol.validate(hello)
@@ -167,8 +166,9 @@ def test_silent_editor_is_detected_once_it_has_answered_pings(link, make_agent, 
 
 
 def test_wrong_token_is_refused_for_good(link, make_agent, capfd):
-    a = Agent(link.host, link.port, "not-the-token", engine_factory=FakeEngine, discover=False,
-              engine_ready=lambda: True)
+    a = Agent(
+        link.host, link.port, "not-the-token", engine_factory=FakeEngine, discover=False, engine_ready=lambda: True
+    )
     a.start()
     try:
         assert wait_until(lambda: a.refused is not None)
@@ -190,8 +190,14 @@ def test_emit_never_blocks_when_the_editor_does_not_read(monkeypatch):
         peer, _ = server.accept()
         handshake.as_editor(peer, lambda: ("t",), time.monotonic() + 10)  # then never read: buffers fill up
         assert a.wait_connected(10)
-        payload = {"type": "summaries", "model": "m1", "layer": "x", "phase": "forward", "step": 0,
-                   "tensors": [{"blob": "x" * 4096}]}
+        payload = {
+            "type": "summaries",
+            "model": "m1",
+            "layer": "x",
+            "phase": "forward",
+            "step": 0,
+            "tensors": [{"blob": "x" * 4096}],
+        }
         for _ in range(20000):  # would block on a full socket if emit wrote to it
             a.emit(payload)
         assert a.queue.dropped > 0
@@ -204,8 +210,9 @@ def test_emit_never_blocks_when_the_editor_does_not_read(monkeypatch):
 
 
 def test_start_is_idempotent_and_skips_multiprocessing_workers(monkeypatch):
-    monkeypatch.setattr(agent_mod.sys, "orig_argv",
-                        ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"])
+    monkeypatch.setattr(
+        agent_mod.sys, "orig_argv", ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"]
+    )
     assert agent_mod.skip_reason() == "multiprocessing worker"
     monkeypatch.setattr(agent_mod.sys, "orig_argv", ["python", "-m", "torch.distributed.run", "x.py"])
     assert agent_mod.skip_reason() is not None
@@ -215,9 +222,23 @@ def test_start_is_idempotent_and_skips_multiprocessing_workers(monkeypatch):
 
 def test_user_argv_strips_debugpy_options(monkeypatch):
     monkeypatch.setattr(agent_mod.sys, "argv", ["/x/debugpy", "--connect", "1"])
-    monkeypatch.setattr(agent_mod.sys, "orig_argv",
-                        ["python", "/x/debugpy", "--connect", "127.0.0.1:5", "--configure-qt", "none",
-                         "--adapter-access-token", "abc", "/w/train.py", "--lr", "3"])
+    monkeypatch.setattr(
+        agent_mod.sys,
+        "orig_argv",
+        [
+            "python",
+            "/x/debugpy",
+            "--connect",
+            "127.0.0.1:5",
+            "--configure-qt",
+            "none",
+            "--adapter-access-token",
+            "abc",
+            "/w/train.py",
+            "--lr",
+            "3",
+        ],
+    )
     assert agent_mod._user_argv() == ["/w/train.py", "--lr", "3"]
 
 
@@ -231,12 +252,13 @@ def test_drops_are_reported_in_a_stats_event(link, make_agent):
 
 def test_settings_wait_for_torch_and_are_applied_when_the_engine_starts(link, make_agent):
     torch_loaded = threading.Event()
-    a = make_agent(link, engine_ready=torch_loaded.is_set)
+    make_agent(link, engine_ready=torch_loaded.is_set)
     conn = link.wait_connection(10)
     # Before the program imports torch there is no engine; settings are kept, not refused.
     assert conn.request("setBreakOnNonFinite", enabled=True) == {"enabled": True}
     assert conn.request("setBreakpoints", breakpoints=[{"id": "b1", "layer": "fc"}]) == {
-        "resolved": [{"id": "b1", "layers": []}]}
+        "resolved": [{"id": "b1", "layers": []}]
+    }
     with pytest.raises(RequestError) as err:
         conn.request("listHooks")
     assert err.value.code == protocol.ERR_NOT_AVAILABLE and "torch" in err.value.message

@@ -195,8 +195,8 @@ def test_grad_norms_and_flow(model):
     model.conv1.weight.grad = None
     assert "conv1.weight" not in hookscope.grad_norms(model)
     flow = hookscope.grad_flow(model)
-    assert [l["name"] for l in flow] == ["conv1", "conv2", "fc"]
-    assert all(l["status"] == "ok" for l in flow)
+    assert [layer["name"] for layer in flow] == ["conv1", "conv2", "fc"]
+    assert all(layer["status"] == "ok" for layer in flow)
 
 
 def test_grad_cam_through_the_api(model):

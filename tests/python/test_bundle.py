@@ -8,11 +8,11 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -54,7 +54,9 @@ def needed_by(name: str) -> set[str] | None:
     when `make bundle` ran, else from this environment's installed copy (None: not installed here,
     as exceptiongroup is not on Python 3.11+)."""
     if BUNDLED_LIBS.is_dir():
-        dists = [d for d in metadata.distributions(path=[str(BUNDLED_LIBS)]) if canonicalize_name(d.metadata["Name"]) == name]
+        dists = [
+            d for d in metadata.distributions(path=[str(BUNDLED_LIBS)]) if canonicalize_name(d.metadata["Name"]) == name
+        ]
         dist = dists[0]
     else:
         try:
@@ -112,7 +114,20 @@ def test_protocol_vectors_with_msgpack_pure_python_fallback():
     env = {**os.environ, "MSGPACK_PUREPYTHON": "1"}
     check = "import msgpack, msgpack.fallback as f; assert msgpack.Packer is f.Packer"
     subprocess.run([sys.executable, "-c", check], env=env, check=True, timeout=60)
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             str(ROOT / "tests" / "python" / "test_protocol.py")],
-                            env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "tests" / "python" / "test_protocol.py"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

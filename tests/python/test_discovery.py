@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import gc
+import os
 import weakref
 from pathlib import Path
 
@@ -123,9 +123,19 @@ def test_tree_has_names_classes_params_and_creation_lines(recorder):
     assert modules["head"]["params"] == 0 and modules["head"]["totalParams"] == 144 * 8 + 8
     assert not modules["head"]["leaf"]
     file = str(HERE)
-    expected = {"": "root", "conv1": "conv1", "head": "conv1", "head.0": "head.0", "head.1": "head.1",
-                "blocks": "blocks", "blocks.0": "blocks", "blocks.1": "blocks",
-                "blocks.0.fc": "block.fc", "extra": "extra", "encoder": "encoder"}
+    expected = {
+        "": "root",
+        "conv1": "conv1",
+        "head": "conv1",
+        "head.0": "head.0",
+        "head.1": "head.1",
+        "blocks": "blocks",
+        "blocks.0": "blocks",
+        "blocks.1": "blocks",
+        "blocks.0.fc": "block.fc",
+        "extra": "extra",
+        "encoder": "encoder",
+    }
     expected["head"] = None  # the Sequential's own line: the one that opens the call
     for name, marker in expected.items():
         if marker is None:

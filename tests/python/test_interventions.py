@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from hookscope.engine.interventions import KINDS, Interventions
 from hookscope.hooks import inventory
 from hookscope.link import protocol
-from hookscope.engine.interventions import KINDS, Interventions
 
 
 def no_hooks(model: nn.Module) -> bool:

@@ -54,9 +54,16 @@ def test_user_hooks_of_every_kind_are_listed_with_their_source():
         assert fwd[0]["file"] == __file__ and fwd[0]["line"] == log_output.__code__.co_firstlineno
         assert all(h["owner"] == "user" for h in result["hooks"])
         kinds = {(h["module"], h["kind"]) for h in result["hooks"]}
-        assert kinds >= {("1", "forward_pre"), ("2", "backward"), ("2", "backward_pre"), ("", "state_dict_pre"),
-                         ("", "load_state_dict_post"), ("0.weight", "param_grad"),
-                         ("0.bias", "post_accumulate_grad"), ("*", "global_forward")}
+        assert kinds >= {
+            ("1", "forward_pre"),
+            ("2", "backward"),
+            ("2", "backward_pre"),
+            ("", "state_dict_pre"),
+            ("", "load_state_dict_post"),
+            ("0.weight", "param_grad"),
+            ("0.bias", "post_accumulate_grad"),
+            ("*", "global_forward"),
+        }
         assert entries(result, kind="backward")[0]["function"] == f"{__name__}.Counter"
         partial = entries(result, kind="forward_pre")[0]
         assert partial["function"].endswith("<lambda>") and partial["file"] == __file__
@@ -71,7 +78,7 @@ def test_a_hook_registered_every_step_is_flagged_as_a_leak():
     inv = Inventory()
     m[2].register_forward_hook(log_with_kwargs, with_kwargs=True)  # registered once: fine
     reports = []
-    for step in range(4):
+    for _step in range(4):
         m[0].register_forward_hook(log_output)  # the classic bug: once per step, never removed
         m(torch.randn(2, 3))
         reports.append(inv.list_hooks({"net": m}))

@@ -29,8 +29,9 @@ def test_vectors_are_up_to_date():
     assert json.loads((VECTORS / "handshake.json").read_text(encoding="utf-8")) == make_vectors.handshake_vectors()
 
 
-@pytest.mark.parametrize("vector", json.loads((VECTORS / "valid.json").read_text(encoding="utf-8")),
-                         ids=lambda v: v["name"])
+@pytest.mark.parametrize(
+    "vector", json.loads((VECTORS / "valid.json").read_text(encoding="utf-8")), ids=lambda v: v["name"]
+)
 def test_valid_vector_roundtrip(vector):
     message = make_vectors._to_python(vector["message"])
     assert codec.frame(message).hex() == vector["hex"]
@@ -39,8 +40,9 @@ def test_valid_vector_roundtrip(vector):
     protocol.validate(decoded[0])
 
 
-@pytest.mark.parametrize("vector", json.loads((VECTORS / "invalid.json").read_text(encoding="utf-8")),
-                         ids=lambda v: v["name"])
+@pytest.mark.parametrize(
+    "vector", json.loads((VECTORS / "invalid.json").read_text(encoding="utf-8")), ids=lambda v: v["name"]
+)
 def test_invalid_vector_refused(vector):
     with pytest.raises(ProtocolError) as err:
         for message in codec.FrameReader().feed(bytes.fromhex(vector["hex"])):
@@ -53,7 +55,7 @@ def test_frames_split_across_reads():
     reader = codec.FrameReader()
     got = []
     for i in range(len(frames)):
-        got += reader.feed(frames[i:i + 1])
+        got += reader.feed(frames[i : i + 1])
     assert got == [{"type": "ping", "id": 1}, {"type": "ping", "id": 2}]
 
 

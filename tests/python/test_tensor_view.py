@@ -80,8 +80,20 @@ def test_module_line_and_children():
     w = torch.randn(5, 3, requires_grad=True)
     (w * 2).sum().backward()
     children = {name: (value, suffix) for name, value, suffix in tensor_repr.tensor_children(w)}
-    assert {"shape", "dtype", "device", "requires_grad", "is_leaf", "grad", "grad_fn", "stats",
-            "[0]", "[1]", "[2]", "[-1]"} == set(children)
+    assert {
+        "shape",
+        "dtype",
+        "device",
+        "requires_grad",
+        "is_leaf",
+        "grad",
+        "grad_fn",
+        "stats",
+        "[0]",
+        "[1]",
+        "[2]",
+        "[-1]",
+    } == set(children)
     assert children["shape"] == ((5, 3), ".shape")
     assert torch.equal(children["grad"][0], torch.full((5, 3), 2.0))
     assert children["[-1]"][1] == "[-1]" and torch.equal(children["[-1]"][0], w[-1])
@@ -95,16 +107,20 @@ def test_containers_of_tensors_are_one_line_of_summaries():
     assert tensor_repr.container_line((grad,)) == "(tensor[16, 16, 32, 32] f32 cpu μ=2 σ=0 [2, 2],)"
     assert tensor_repr.container_line((None, torch.ones(3))) == "(None, tensor[3] f32 cpu x=[1, 1, 1])"
     assert tensor_repr.container_line({"a": [torch.zeros(2), 7], "b": "x" * 100}) == (
-        "{'a': [tensor[2] f32 cpu x=[0, 0], 7], 'b': '" + "x" * 38 + "…}")
+        "{'a': [tensor[2] f32 cpu x=[0, 0], 7], 'b': '" + "x" * 38 + "…}"
+    )
     # No tensor among the items shown: None (debugpy's own text stays).
     assert tensor_repr.container_line([1, 2, 3]) is None
     assert tensor_repr.container_line(torch.ones(2)) is None
+
     # Objects that are not plain values show by class: their repr may format tensors.
     class Batch:
         def __repr__(self) -> str:
             raise AssertionError("repr must not be called")
+
     assert tensor_repr.container_line([torch.ones(1), Batch(), torch.nn.Linear(2, 2)]) == (
-        "[tensor[1] f32 cpu x=[1], <Batch>, <Linear>]")
+        "[tensor[1] f32 cpu x=[1], <Batch>, <Linear>]"
+    )
 
 
 def test_container_lines_are_bounded():
@@ -122,7 +138,9 @@ def test_container_lines_are_bounded():
     nested = tuple([torch.randn(3, 30)] * 4 for _ in range(3))
     line = tensor_repr.container_line(nested)
     assert line.count("μ=") == tensor_repr.CONTAINER_SUMMARIES == 8
-    assert line.endswith(", [tensor[3, 30] f32 cpu, tensor[3, 30] f32 cpu, tensor[3, 30] f32 cpu, tensor[3, 30] f32 cpu])")
+    assert line.endswith(
+        ", [tensor[3, 30] f32 cpu, tensor[3, 30] f32 cpu, tensor[3, 30] f32 cpu, tensor[3, 30] f32 cpu])"
+    )
 
 
 def test_switch_reads_the_environment(monkeypatch):
@@ -150,7 +168,8 @@ def test_plugin_is_found_by_pydevd_and_never_imports_torch():
         "p = [p for p in extensions_of_type(StrPresentationProvider) if type(p).__name__ == 'HookscopeTensorStr'][0]\n"
         "print('int', p.can_provide(int, 'int'), 'torch', 'torch' in sys.modules)\n"
         "import torch\n"
-        "print('tensor', p.can_provide(torch.Tensor, 'Tensor'), p.get_str(torch.ones(20)))\n")
+        "print('tensor', p.can_provide(torch.Tensor, 'Tensor'), p.get_str(torch.ones(20)))\n"
+    )
     assert "str True resolver True" in out
     assert "int False torch False" in out
     assert "tensor True tensor[20] f32 cpu μ=1 σ=0 [1, 1]" in out
@@ -165,7 +184,8 @@ def test_plugin_presents_containers_of_tensors_even_when_asked_before_torch_is_i
         "p = [p for p in extensions_of_type(StrPresentationProvider) if type(p).__name__ == 'HookscopeTensorStr'][0]\n"
         "print('tuple', p.can_provide(tuple, 'tuple'), p.get_str((1, 2)), 'torch' in sys.modules)\n"
         "import torch\n"
-        "print('after', p.get_str((torch.ones(2),)), p.get_str([1]), p.get_str({'k': torch.zeros(1)}))\n")
+        "print('after', p.get_str((torch.ones(2),)), p.get_str([1]), p.get_str({'k': torch.zeros(1)}))\n"
+    )
     assert "tuple True None False" in out
     assert "after (tensor[2] f32 cpu x=[1, 1],) None {'k': tensor[1] f32 cpu x=[0]}" in out
 
@@ -177,7 +197,8 @@ def test_plugin_steps_aside_when_switched_off():
         "from _pydevd_bundle.pydevd_extension_utils import extensions_of_type\n"
         "p = [p for p in extensions_of_type(StrPresentationProvider) if type(p).__name__ == 'HookscopeTensorStr'][0]\n"
         "print('tensor', p.can_provide(torch.Tensor, 'Tensor'), 'tuple', p.can_provide(tuple, 'tuple'))\n",
-        {"HOOKSCOPE_TENSOR_VIEW": "0"})
+        {"HOOKSCOPE_TENSOR_VIEW": "0"},
+    )
     assert "tensor False tuple False" in out
 
 
@@ -197,8 +218,7 @@ def _frame_with_locals() -> str:
 
 def test_publish_evaluates_in_the_callers_frame_and_answer_renders_a_slice():
     assert _frame_with_locals().startswith(f"hookscope-ok pid={os.getpid()} handle=vol tensor[2, 3, 4]")
-    body = inspector.answer({"handle": "vol", "expression": "volume",
-                             "options": {"axes": [0, 2], "index": {"1": 2}}})
+    body = inspector.answer({"handle": "vol", "expression": "volume", "options": {"axes": [0, 2], "index": {"1": 2}}})
     expected = np.arange(24, dtype=np.float32).reshape(2, 3, 4)[:, 2, :]
     values = np.frombuffer(body["values"], dtype="<f4").reshape(body["valuesShape"])
     np.testing.assert_array_equal(values, expected)
@@ -260,11 +280,18 @@ def test_without_numpy_the_value_keeps_its_summary_and_says_what_the_picture_nee
     import sys
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real_find_spec(name, *a)
+    )
     acts = torch.randn(2, 5, 6, 6)  # noqa: F841
     inspector.publish("acts", "acts")
     for view in ("featureMap", "slice"):
         body = inspector.answer({"handle": "acts", "options": {"view": view}})
         assert "png" not in body and body["summary"]["numel"] == 2 * 5 * 6 * 6
-        assert body["summary"]["note"].endswith("need numpy, which " + sys.executable + " does not have (install with: "
-                                                + sys.executable + " -m pip install numpy); summaries and breakpoints work without them.")
+        assert body["summary"]["note"].endswith(
+            "need numpy, which "
+            + sys.executable
+            + " does not have (install with: "
+            + sys.executable
+            + " -m pip install numpy); summaries and breakpoints work without them."
+        )

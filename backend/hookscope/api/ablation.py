@@ -15,6 +15,7 @@ from typing import Any
 from torch import nn
 
 from hookscope.engine.interventions import Interventions
+
 from ..visuals.gradcam import GradCam, compute_grad_cam
 from .hookset import HookSet
 from .select import layer_name
@@ -26,12 +27,20 @@ _REGISTRY = Interventions()
 class Intervention:
     """An active intervention; ``remove()`` (or leaving its ``with`` block) ends it."""
 
-    def __init__(self, model: nn.Module, layer: Any, kind: str, channels: Sequence[int] | None = None,
-                 value: float | None = None, dim: int | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: Any,
+        kind: str,
+        channels: Sequence[int] | None = None,
+        value: float | None = None,
+        dim: int | None = None,
+    ) -> None:
         self.layer, module = layer_name(model, layer)
         self.kind = kind
-        self.id = _REGISTRY.add(f"{type(model).__name__}@{id(model):x}", module, self.layer, kind,
-                                channels=channels, value=value, dim=dim)
+        self.id = _REGISTRY.add(
+            f"{type(model).__name__}@{id(model):x}", module, self.layer, kind, channels=channels, value=value, dim=dim
+        )
         self.hooks = HookSet(f"intervention {self.id}")
         self.hooks.on_remove(lambda: _REGISTRY.remove(self.id))
 
@@ -60,8 +69,15 @@ class Intervention:
         return f"<Intervention {self.id}: {self.kind} on {self.layer or '(root)'}{'' if self.active else ' (removed)'}>"
 
 
-def intervene(model: nn.Module, layer: Any, kind: str, channels: Sequence[int] | None = None,
-              value: float | None = None, *, dim: int | None = None) -> Intervention:
+def intervene(
+    model: nn.Module,
+    layer: Any,
+    kind: str,
+    channels: Sequence[int] | None = None,
+    value: float | None = None,
+    *,
+    dim: int | None = None,
+) -> Intervention:
     """Start an intervention of ``kind`` ('zero_channels', 'scale', 'mean_ablate', 'input_noise')."""
     return Intervention(model, layer, kind, channels, value, dim)
 
@@ -95,8 +111,15 @@ def list_interventions() -> list[dict[str, Any]]:
     return _REGISTRY.list()
 
 
-def grad_cam(model: nn.Module, layer: Any, inputs: Any, target: Any = None, *, eval_mode: bool = True,
-             token_grid: tuple[int, int] | None = None) -> GradCam:
+def grad_cam(
+    model: nn.Module,
+    layer: Any,
+    inputs: Any,
+    target: Any = None,
+    *,
+    eval_mode: bool = True,
+    token_grid: tuple[int, int] | None = None,
+) -> GradCam:
     """Grad-CAM of ``layer`` (name or module) for ``inputs``; ``.cam`` is (N, H, W) in [0, 1].
 
     The default target is each sample's predicted class. Render it over the

@@ -27,22 +27,32 @@ import torch
 from torch import nn
 
 from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
+
 from .capture import detach_tree, first_tensor
 from .hookset import HookSet
 from .select import LayerSpec, select_modules
 
 Tensor = torch.Tensor
 
-_MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
-             "average_attn_weights", "is_causal")
+_MHA_ARGS = (
+    "query",
+    "key",
+    "value",
+    "key_padding_mask",
+    "need_weights",
+    "attn_mask",
+    "average_attn_weights",
+    "is_causal",
+)
 
 
 class AttentionCapture(Mapping[str, Tensor]):
     """``{layer_name: weights}``: (N, H, L, S) per head for ``nn.MultiheadAttention``
     ((H, L, S) for unbatched input); for other modules, their output."""
 
-    def __init__(self, model: nn.Module, layers: LayerSpec = None, *, cpu: bool = False,
-                 keep_history: bool = False) -> None:
+    def __init__(
+        self, model: nn.Module, layers: LayerSpec = None, *, cpu: bool = False, keep_history: bool = False
+    ) -> None:
         if layers is None:
             chosen = select_modules(model, types=nn.MultiheadAttention)
         else:
@@ -69,8 +79,9 @@ class AttentionCapture(Mapping[str, Tensor]):
 
     @staticmethod
     def _ask_for_weights(asked: list[tuple[bool, bool]]) -> Any:
-        def request_weights(module: nn.Module, args: tuple[Any, ...],
-                            kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> Any:
+        def request_weights(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS
+        ) -> Any:
             if kwargs is CALLED_WITHOUT_KWARGS:
                 return None
             call = dict(kwargs)
@@ -81,6 +92,7 @@ class AttentionCapture(Mapping[str, Tensor]):
             call["need_weights"] = True
             call["average_attn_weights"] = False
             return args, call
+
         return request_weights
 
     def _keep_weights(self, name: str, asked: list[tuple[bool, bool]]) -> Any:
@@ -95,6 +107,7 @@ class AttentionCapture(Mapping[str, Tensor]):
             if average:
                 return (attn, weights.mean(dim=-3))  # what the module computes when averaging
             return None
+
         return keep_and_restore
 
     def _keep_output(self, name: str) -> Any:
@@ -102,6 +115,7 @@ class AttentionCapture(Mapping[str, Tensor]):
             t = first_tensor(output)
             if t is not None:
                 self._store(name, t)
+
         return keep_softmax
 
     def _store(self, name: str, weights: Tensor) -> None:
@@ -150,8 +164,9 @@ class AttentionCapture(Mapping[str, Tensor]):
         self.remove()
 
 
-def capture_attention(model: nn.Module, layers: LayerSpec = None, *, cpu: bool = False,
-                      keep_history: bool = False) -> AttentionCapture:
+def capture_attention(
+    model: nn.Module, layers: LayerSpec = None, *, cpu: bool = False, keep_history: bool = False
+) -> AttentionCapture:
     """Capture attention weights of every ``nn.MultiheadAttention`` (or of the ``layers`` named).
 
     >>> with hookscope.capture_attention(model) as attn:

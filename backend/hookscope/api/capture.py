@@ -72,8 +72,17 @@ class Capture(Mapping[str, Any]):
     ``clone=True`` to keep a copy.
     """
 
-    def __init__(self, model: nn.Module, layers: LayerSpec = None, *, types: Any = None, cpu: bool = False,
-                 clone: bool = False, inputs: bool = False, keep: Literal["last", "all"] = "last") -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        layers: LayerSpec = None,
+        *,
+        types: Any = None,
+        cpu: bool = False,
+        clone: bool = False,
+        inputs: bool = False,
+        keep: Literal["last", "all"] = "last",
+    ) -> None:
         chosen = select_modules(model, layers, types)
         self.layers = [name for name, _ in chosen]
         self.cpu, self.clone, self.inputs, self.keep = cpu, clone, inputs, keep
@@ -96,11 +105,13 @@ class Capture(Mapping[str, Any]):
     def _hook(self, name: str) -> Any:
         def capture_output(module: nn.Module, args: Any, output: Any) -> None:
             self._store(name, output)
+
         return capture_output
 
     def _pre_hook(self, name: str) -> Any:
         def capture_inputs(module: nn.Module, args: Any) -> None:
             self._store(name, args)
+
         return capture_inputs
 
     # -- mapping -----------------------------------------------------------
@@ -140,13 +151,23 @@ class Capture(Mapping[str, Any]):
         rows = []
         for name in self.layers:
             t = first_tensor(self._data.get(name))
-            rows.append(f"  {name or '(root)'}: " + (f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
-                                                      if t is not None else "not run yet"))
+            rows.append(
+                f"  {name or '(root)'}: "
+                + (f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}" if t is not None else "not run yet")
+            )
         return "Capture(\n" + "\n".join(rows) + "\n)"
 
 
-def capture(model: nn.Module, layers: LayerSpec = None, *, types: Any = None, cpu: bool = False,
-            clone: bool = False, inputs: bool = False, keep: Literal["last", "all"] = "last") -> Capture:
+def capture(
+    model: nn.Module,
+    layers: LayerSpec = None,
+    *,
+    types: Any = None,
+    cpu: bool = False,
+    clone: bool = False,
+    inputs: bool = False,
+    keep: Literal["last", "all"] = "last",
+) -> Capture:
     """Capture layer outputs (``inputs=True``: inputs) into a dict-like object.
 
     >>> acts = hookscope.capture(model, "conv1")            # one layer
@@ -189,8 +210,9 @@ class ActivationStats:
     once. ``max_history`` bounds memory per layer (oldest dropped).
     """
 
-    def __init__(self, model: nn.Module, layers: LayerSpec = None, *, types: Any = None,
-                 max_history: int = 10_000) -> None:
+    def __init__(
+        self, model: nn.Module, layers: LayerSpec = None, *, types: Any = None, max_history: int = 10_000
+    ) -> None:
         chosen = select_modules(model, layers, types, default="leaves")
         self.layers = [name for name, _ in chosen]
         self.max_history = max_history
@@ -212,6 +234,7 @@ class ActivationStats:
                 records.append(torch.stack((f.mean(), std)))
             if len(records) > self.max_history:
                 del records[0]
+
         return record_mean_std
 
     def __getitem__(self, name: str) -> LayerStats:
@@ -253,8 +276,9 @@ class ActivationStats:
         return "ActivationStats(\n" + self.table() + "\n)"
 
 
-def activation_stats(model: nn.Module, layers: LayerSpec = None, *, types: Any = None,
-                     max_history: int = 10_000) -> ActivationStats:
+def activation_stats(
+    model: nn.Module, layers: LayerSpec = None, *, types: Any = None, max_history: int = 10_000
+) -> ActivationStats:
     """Record each layer's activation mean/std per forward call (default: every leaf layer).
 
     >>> with hookscope.activation_stats(model, types=nn.Conv2d) as stats:

@@ -58,8 +58,9 @@ def grad_norms(source: nn.Module | Iterable[tuple[str, Tensor]]) -> dict[str, fl
     return {named[i][0]: out[i] for i in range(len(named))}
 
 
-def grad_flow(source: nn.Module | Iterable[tuple[str, Tensor]], vanishing: float = VANISHING,
-              exploding: float = EXPLODING) -> list[dict[str, Any]]:
+def grad_flow(
+    source: nn.Module | Iterable[tuple[str, Tensor]], vanishing: float = VANISHING, exploding: float = EXPLODING
+) -> list[dict[str, Any]]:
     """Per-layer mean and max |grad| with a status ('ok', 'vanishing', 'exploding', 'nonfinite', 'no_grad').
 
     ``hookscope.visuals.gradient_flow(model.named_parameters())`` draws it."""
@@ -105,9 +106,15 @@ class GradCheck:
     ``GradEvent``. Each hook syncs once to read the norm.
     """
 
-    def __init__(self, tensors: Any, *, vanishing: float = VANISHING, exploding: float = EXPLODING,
-                 action: Literal["record", "warn", "raise"] | Callable[[GradEvent], Any] = "record",
-                 activations: bool = False) -> None:
+    def __init__(
+        self,
+        tensors: Any,
+        *,
+        vanishing: float = VANISHING,
+        exploding: float = EXPLODING,
+        action: Literal["record", "warn", "raise"] | Callable[[GradEvent], Any] = "record",
+        activations: bool = False,
+    ) -> None:
         self.vanishing, self.exploding, self.action = vanishing, exploding, action
         self.norms: dict[str, list[float]] = {}
         self.events: list[GradEvent] = []
@@ -154,6 +161,7 @@ class GradCheck:
             recent.append(self.hooks.tensor(t, self._grad_hook(name)))
             if len(recent) > RECENT_PASSES:
                 self.hooks.discard(recent.popleft())
+
         return check_output_grad
 
     def _grad_hook(self, name: str) -> Callable[[Tensor], None]:
@@ -170,6 +178,7 @@ class GradCheck:
             else:
                 return
             self._flag(GradEvent(name, kind, norm, len(calls) - 1))  # type: ignore[arg-type]
+
         return check_grad
 
     def _flag(self, event: GradEvent) -> None:
@@ -195,9 +204,14 @@ class GradCheck:
         self.remove()
 
 
-def grad_check(tensors: Any, *, vanishing: float = VANISHING, exploding: float = EXPLODING,
-               action: Literal["record", "warn", "raise"] | Callable[[GradEvent], Any] = "record",
-               activations: bool = False) -> GradCheck:
+def grad_check(
+    tensors: Any,
+    *,
+    vanishing: float = VANISHING,
+    exploding: float = EXPLODING,
+    action: Literal["record", "warn", "raise"] | Callable[[GradEvent], Any] = "record",
+    activations: bool = False,
+) -> GradCheck:
     """Check gradient norms of tensors with tensor hooks (``Tensor.register_hook``).
 
     ``tensors``: a model (its parameters; ``activations=True`` adds every

@@ -60,14 +60,22 @@ class HookSet:
         self._mark_live()
         return handle
 
-    def forward(self, module: nn.Module, fn: Callable[..., Any], *, with_kwargs: bool = False,
-                always_call: bool = False, prepend: bool = False) -> RemovableHandle:
+    def forward(
+        self,
+        module: nn.Module,
+        fn: Callable[..., Any],
+        *,
+        with_kwargs: bool = False,
+        always_call: bool = False,
+        prepend: bool = False,
+    ) -> RemovableHandle:
         """``module.register_forward_hook(fn)``: ``fn(module, args, output)`` (may return a new output)."""
         h = module.register_forward_hook(fn, with_kwargs=with_kwargs, always_call=always_call, prepend=prepend)
         return self.add(h, f"forward {type(module).__name__}")
 
-    def forward_pre(self, module: nn.Module, fn: Callable[..., Any], *, with_kwargs: bool = False,
-                    prepend: bool = False) -> RemovableHandle:
+    def forward_pre(
+        self, module: nn.Module, fn: Callable[..., Any], *, with_kwargs: bool = False, prepend: bool = False
+    ) -> RemovableHandle:
         """``module.register_forward_pre_hook(fn)``: ``fn(module, args)`` (may return new args)."""
         h = module.register_forward_pre_hook(fn, with_kwargs=with_kwargs, prepend=prepend)
         return self.add(h, f"forward_pre {type(module).__name__}")

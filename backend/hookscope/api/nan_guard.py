@@ -28,6 +28,7 @@ from torch.utils.hooks import RemovableHandle
 
 from hookscope.hooks.conditions import REPLAY
 from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
+
 from .hookset import HookSet
 
 Tensor = torch.Tensor
@@ -57,8 +58,11 @@ class NonFiniteEvent:
 
     @property
     def message(self) -> str:
-        what = ", ".join(f"{v} {k}" for k, v in (("NaN", self.counts["nan"]), ("+Inf", self.counts["posinf"]),
-                                                  ("-Inf", self.counts["neginf"])) if v)
+        what = ", ".join(
+            f"{v} {k}"
+            for k, v in (("NaN", self.counts["nan"]), ("+Inf", self.counts["posinf"]), ("-Inf", self.counts["neginf"]))
+            if v
+        )
         layer = self.layer or "(root)"
         if self.phase == "forward":
             origin = "produced by this layer" if self.born_here else "already in its inputs"
@@ -67,8 +71,10 @@ class NonFiniteEvent:
         if self.born_here:
             extra = f" (consumed by {', '.join(self.candidates)})" if len(self.candidates) > 1 else ""
             return f"non-finite gradient produced by the backward of {layer}{extra} ({what})"
-        return (f"non-finite gradient arriving at the output of {layer} ({what}): it came from the loss "
-                "or from operations outside modules")
+        return (
+            f"non-finite gradient arriving at the output of {layer} ({what}): it came from the loss "
+            "or from operations outside modules"
+        )
 
 
 class NonFiniteError(RuntimeError):
@@ -146,8 +152,9 @@ class NonFiniteGuard:
     pass and per backward pass is reported. ``events`` lists them all.
     """
 
-    def __init__(self, model: nn.Module, *, backward: bool = True,
-                 on_hit: Callable[[NonFiniteEvent], Any] | None = None) -> None:
+    def __init__(
+        self, model: nn.Module, *, backward: bool = True, on_hit: Callable[[NonFiniteEvent], Any] | None = None
+    ) -> None:
         self.on_hit = on_hit
         self.events: list[NonFiniteEvent] = []
         self.hooks = HookSet("stop_on_nonfinite")
@@ -176,8 +183,9 @@ class NonFiniteGuard:
                 self.hooks.discard(h)
 
     def _forward_check(self, name: str, model: nn.Module) -> Any:
-        def check_output(module: nn.Module, args: Any, kwargs: dict[str, Any],
-                         output: Any = CALLED_WITHOUT_KWARGS) -> None:
+        def check_output(
+            module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any = CALLED_WITHOUT_KWARGS
+        ) -> None:
             if self._fired_forward or output is CALLED_WITHOUT_KWARGS:
                 return
             bad = _bad(_tensors(output))
@@ -186,8 +194,17 @@ class NonFiniteGuard:
             self._fired_forward = True
             bad_in = _bad(_tensors((args, kwargs)))
             op = None if bad_in else _op_of(model, module, name, args, kwargs)
-            self._report(NonFiniteEvent(name, "forward", born_here=not bad_in,
-                                        where="output" if not bad_in else "inputs", counts=_counts(bad), op=op))
+            self._report(
+                NonFiniteEvent(
+                    name,
+                    "forward",
+                    born_here=not bad_in,
+                    where="output" if not bad_in else "inputs",
+                    counts=_counts(bad),
+                    op=op,
+                )
+            )
+
         return check_output
 
     # -- backward ----------------------------------------------------------
@@ -196,12 +213,14 @@ class NonFiniteGuard:
         def mark_inputs(module: nn.Module, args: Any) -> None:
             for t in _tensors(args):
                 self._register(t, name, role)
+
         return mark_inputs
 
     def _mark_output(self, name: str) -> Any:
         def mark_outputs(module: nn.Module, args: Any, output: Any) -> None:
             for t in _tensors(output):
                 self._register(t, name, "producer")
+
         return mark_outputs
 
     def _register(self, t: Tensor, name: str, role: str) -> None:
@@ -224,12 +243,20 @@ class NonFiniteGuard:
             self._fired_backward = True
             counts = _counts([grad])
             if roles.consumers:
-                event = NonFiniteEvent(roles.consumers[0], "backward", born_here=True, where="grad_input",
-                                       counts=counts, candidates=list(roles.consumers))
+                event = NonFiniteEvent(
+                    roles.consumers[0],
+                    "backward",
+                    born_here=True,
+                    where="grad_input",
+                    counts=counts,
+                    candidates=list(roles.consumers),
+                )
             else:
-                event = NonFiniteEvent(roles.producer or "", "backward", born_here=False, where="grad_output",
-                                       counts=counts)
+                event = NonFiniteEvent(
+                    roles.producer or "", "backward", born_here=False, where="grad_output", counts=counts
+                )
             self._report(event)
+
         return check_grad
 
     # -- reporting and lifetime -------------------------------------------
@@ -252,8 +279,9 @@ class NonFiniteGuard:
         self.remove()
 
 
-def stop_on_nonfinite(model: nn.Module, *, backward: bool = True,
-                      on_hit: Callable[[NonFiniteEvent], Any] | None = None) -> NonFiniteGuard:
+def stop_on_nonfinite(
+    model: nn.Module, *, backward: bool = True, on_hit: Callable[[NonFiniteEvent], Any] | None = None
+) -> NonFiniteGuard:
     """Stop at the first layer that produces NaN/Inf, naming it.
 
     Without ``on_hit`` a ``NonFiniteError`` (``.layer``, ``.phase``,

@@ -27,8 +27,9 @@ def _type_matches(module: nn.Module, types: tuple[Any, ...]) -> bool:
     return False
 
 
-def select_modules(model: nn.Module, layers: LayerSpec = None, types: Any = None,
-                   default: Literal["leaves", "all", "error"] = "error") -> list[tuple[str, nn.Module]]:
+def select_modules(
+    model: nn.Module, layers: LayerSpec = None, types: Any = None, default: Literal["leaves", "all", "error"] = "error"
+) -> list[tuple[str, nn.Module]]:
     """``[(qualified_name, module)]`` in model order for the layers asked.
 
     ``layers`` and ``types`` combine (a module matching either is chosen).

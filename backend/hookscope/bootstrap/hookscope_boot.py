@@ -102,8 +102,11 @@ def ignore_debugpy_warning_about_this_plugin() -> None:
     import warnings
 
     here = re.escape(_here() + os.sep)
-    warnings.filterwarnings("ignore", category=UserWarning,
-                            message=r"incompatible copy of pydevd already imported:(\s*" + here + r"[^\n]*)+\s*\Z")
+    warnings.filterwarnings(
+        "ignore",
+        category=UserWarning,
+        message=r"incompatible copy of pydevd already imported:(\s*" + here + r"[^\n]*)+\s*\Z",
+    )
 
 
 def debugger_will_load() -> bool:

@@ -1,4 +1,4 @@
-""""Show in Hookscope": a value from any paused frame, handed to the agent by the debugger.
+""" "Show in Hookscope": a value from any paused frame, handed to the agent by the debugger.
 
 The extension sends DAP ``evaluate`` in the frame the user is looking at
 (any frame of the call stack, not only a Hookscope hit) with
@@ -115,8 +115,9 @@ def answer(request: dict) -> dict:
     handle = request.get("handle")
     entry = held(handle) if isinstance(handle, str) else None
     if entry is None:
-        raise ProtocolError(ERR_NOT_AVAILABLE, "that value is no longer held (the program resumed): "
-                            "show it again while paused")
+        raise ProtocolError(
+            ERR_NOT_AVAILABLE, "that value is no longer held (the program resumed): show it again while paused"
+        )
     tensor, path = entry
     label = request.get("expression") if isinstance(request.get("expression"), str) else path
     options = request.get("options") or {}
@@ -201,8 +202,15 @@ def _slice(tensor: Any, options: dict) -> dict[str, Any]:
     values, step = plane_values(plane)
     meta = dict(image.meta)
     meta.update(axes=[row, col], index={str(a): p for a, p in positions.items()})
-    return {"png": image.png, "width": image.width, "height": image.height, "meta": meta,
-            "values": values.tobytes(), "valuesShape": list(values.shape), "valuesStep": step}
+    return {
+        "png": image.png,
+        "width": image.width,
+        "height": image.height,
+        "meta": meta,
+        "values": values.tobytes(),
+        "valuesShape": list(values.shape),
+        "valuesStep": step,
+    }
 
 
 def plane_values(plane: Any) -> tuple[Any, list[int]]:

@@ -19,7 +19,8 @@ from hookscope.link import agent
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m hookscope.launch",
-        description="Run a Python script (or -m module) with the Hookscope agent connected to the editor.")
+        description="Run a Python script (or -m module) with the Hookscope agent connected to the editor.",
+    )
     parser.add_argument("--addr", help=f"editor address host:port (default ${agent.ENV_ADDR})")
     parser.add_argument("--token", help=f"session token (default ${agent.ENV_TOKEN})")
     parser.add_argument("-m", dest="module", help="run a library module as a script")
@@ -35,8 +36,11 @@ def main(argv: list[str] | None = None) -> None:
     addr = args.addr or os.environ.get(agent.ENV_ADDR)
     token = args.token if args.token is not None else os.environ.get(agent.ENV_TOKEN)
     if not addr or token is None:
-        print("hookscope.launch: no editor address/token (--addr/--token or "
-              f"{agent.ENV_ADDR}/{agent.ENV_TOKEN}); running without Hookscope", file=sys.stderr)
+        print(
+            "hookscope.launch: no editor address/token (--addr/--token or "
+            f"{agent.ENV_ADDR}/{agent.ENV_TOKEN}); running without Hookscope",
+            file=sys.stderr,
+        )
     else:
         agent.start(addr, token)
     if args.module:

@@ -20,16 +20,19 @@ import keyword
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from hookscope.debugger import stop_location
 from hookscope.hooks.conditions import HookEvent
 
 log = logging.getLogger("hookscope")
 
-JUST_MY_CODE_HINT = ("the layer's code and its callers are all hidden from the debugger (justMyCode or "
-                     "an exclude rule): set justMyCode to false or include the model's files")
+JUST_MY_CODE_HINT = (
+    "the layer's code and its callers are all hidden from the debugger (justMyCode or "
+    "an exclude rule): set justMyCode to false or include the model's files"
+)
 
 
 class BreakpointHit(RuntimeError):
@@ -46,6 +49,7 @@ class BreakpointHit(RuntimeError):
 @dataclass
 class Hit:
     """What a user callback receives: the same names the stop frame has."""
+
     breakpoint: str
     layer: str
     module: Any
@@ -96,6 +100,7 @@ def _files_filter() -> Callable[[Any], bool] | None:
             return bool(py_db.apply_files_filter(frame, frame.f_code.co_filename, False))
         except Exception:
             return False
+
     return hidden
 
 
@@ -155,7 +160,8 @@ def prepare(event: HookEvent, reason: str, stats: list[dict[str, Any]], index: A
         if generator is None:
             name = stop_location.frame_name(event.layer, event.module, event.phase, event.param_name)
             generator = stop_location.first_shown(
-                stop_location.candidates(event.layer, event.module, event.phase, index), hidden, name, values)
+                stop_location.candidates(event.layer, event.module, event.phase, index), hidden, name, values
+            )
     except Exception:  # a hook never raises into training: no stop rather than a crash
         log.warning("hookscope: cannot build the stop frame for %s", event.layer, exc_info=True)
         return None
@@ -165,8 +171,7 @@ def prepare(event: HookEvent, reason: str, stats: list[dict[str, Any]], index: A
 def _make_thread_debuggable(debugpy: Any) -> None:
     """Threads created from C (CUDA autograd workers) are unknown to pydevd until told."""
     thread = threading.current_thread()
-    if isinstance(thread, threading._DummyThread) or (sys.gettrace() is None
-                                                     and thread is not threading.main_thread()):
+    if isinstance(thread, threading._DummyThread) or (sys.gettrace() is None and thread is not threading.main_thread()):
         try:
             debugpy.debug_this_thread()
         except Exception:
@@ -186,7 +191,12 @@ def pause(stop: StopFrame) -> None:
         stop.close()
         return
     _make_thread_debuggable(debugpy)
-    pydevd.settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
-                    stop_at_frame=stop.generator.gi_frame, notify_stdin=False)
+    pydevd.settrace(
+        suspend=True,
+        trace_only_current_thread=True,
+        patch_multiprocessing=False,
+        stop_at_frame=stop.generator.gi_frame,
+        notify_stdin=False,
+    )
     for _ in stop.generator:  # paused in the generator's first line: the user's line
         pass

@@ -22,13 +22,22 @@ from __future__ import annotations
 import os
 import sys
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
-_INTERNAL_PACKAGES = ("torch", "hookscope", "debugpy", "pydevd", "_pydevd_bundle", "_pydev_bundle",
-                      "_pydevd_frame_eval", "_pydev_runfiles")
+_INTERNAL_PACKAGES = (
+    "torch",
+    "hookscope",
+    "debugpy",
+    "pydevd",
+    "_pydevd_bundle",
+    "_pydev_bundle",
+    "_pydevd_frame_eval",
+    "_pydev_runfiles",
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +64,7 @@ def is_internal(file: str) -> bool:
     """Whether ``file`` is torch's, Hookscope's, the debugger's, or not a real file (``<string>``)."""
     known = _internal_cache.get(file)
     if known is None:
-        known = (not file or file.startswith("<")
-                 or os.path.realpath(file).startswith(_package_dirs()))
+        known = not file or file.startswith("<") or os.path.realpath(file).startswith(_package_dirs())
         _internal_cache[file] = known
     return known
 
@@ -153,8 +161,9 @@ def stop_generator(location: Location, name: str, values: dict[str, Any]) -> typ
     return function(**values)
 
 
-def first_shown(locations: Iterator[Location], hidden: Callable[[Any], bool],
-                name: str, values: dict[str, Any]) -> types.GeneratorType | None:
+def first_shown(
+    locations: Iterator[Location], hidden: Callable[[Any], bool], name: str, values: dict[str, Any]
+) -> types.GeneratorType | None:
     """The stop generator at the first location whose frame the debugger would show."""
     for location in locations:
         generator = stop_generator(location, name, values)

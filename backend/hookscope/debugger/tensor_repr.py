@@ -68,9 +68,18 @@ _SEED = 0x5EED
 _FALSE = ("0", "false", "off", "no")
 
 _SHORT_DTYPES = {
-    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
-    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-    torch.bool: "bool", torch.complex64: "c64", torch.complex128: "c128",
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+    torch.complex64: "c64",
+    torch.complex128: "c128",
 }
 
 
@@ -354,6 +363,20 @@ def _grad(t: torch.Tensor) -> Any:
 
 def _stats_dict(t: torch.Tensor) -> dict[str, Any]:
     summary = tensor_summary(t)
-    keep = ("numel", "mean", "std", "min", "max", "absmax", "norm", "zeroFrac", "nan", "posinf", "neginf",
-            "sampled", "sampleSize", "note")
+    keep = (
+        "numel",
+        "mean",
+        "std",
+        "min",
+        "max",
+        "absmax",
+        "norm",
+        "zeroFrac",
+        "nan",
+        "posinf",
+        "neginf",
+        "sampled",
+        "sampleSize",
+        "note",
+    )
     return {k: summary[k] for k in keep if k in summary}

@@ -24,19 +24,20 @@ import logging
 import os
 import textwrap
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from hookscope.hooks.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
 from hookscope.engine.deferred import DEFERRED_PHASES, DeferredHooks, DeferredValues, KeepOutputsFn, deferrable
+from hookscope.hooks.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
 from hookscope.hooks.leaf_hooks import LeafHooks, hook_gradient
-from hookscope.lsp.analysis.call_targets import EVERY_ENTRY, Target, called_target, local_layer_names
-from hookscope.link.protocol import PHASES
 from hookscope.hooks.summaries import tensors_in
+from hookscope.link.protocol import PHASES
+from hookscope.lsp.analysis.call_targets import EVERY_ENTRY, Target, called_target, local_layer_names
 
 log = logging.getLogger("hookscope")
 
@@ -46,9 +47,11 @@ ACTIONS = ("log", "raise", "callback")
 # ---------------------------------------------------------------------------
 # Specs
 
+
 @dataclass
 class BreakpointSpec:
     """A parsed ``BreakpointSpec`` (see protocol.STRUCTS)."""
+
     id: str
     layer: str | None = None
     cls: str | None = None
@@ -88,15 +91,26 @@ class BreakpointSpec:
             raise ValueError(f"action must be one of {', '.join(ACTIONS)}")
         if action == "callback" and not callable(callback):
             raise ValueError("action 'callback' needs a callable 'callback' (Python API)")
-        return cls(id=bp_id, layer=layer, cls=cls_name, file=file, line=line,
-                   phases=tuple(dict.fromkeys(phases)), condition=Condition.parse(raw.get("condition")),
-                   hit_count=raw.get("hitCount"), every=raw.get("every"),
-                   enabled=bool(raw.get("enabled", True)), action=action, callback=callback,
-                   model=raw.get("model"))
+        return cls(
+            id=bp_id,
+            layer=layer,
+            cls=cls_name,
+            file=file,
+            line=line,
+            phases=tuple(dict.fromkeys(phases)),
+            condition=Condition.parse(raw.get("condition")),
+            hit_count=raw.get("hitCount"),
+            every=raw.get("every"),
+            enabled=bool(raw.get("enabled", True)),
+            action=action,
+            callback=callback,
+            model=raw.get("model"),
+        )
 
 
 # ---------------------------------------------------------------------------
 # Which modules a spec names
+
 
 def same_file(a: str, b: str) -> bool:
     return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
@@ -108,8 +122,7 @@ _GLOB_CHARS = set("*?[")
 class ModelIndex:
     """Names and source locations of one model's modules, for resolving specs."""
 
-    def __init__(self, model_id: str, model: nn.Module,
-                 locations: dict[str, tuple[str, int]] | None = None) -> None:
+    def __init__(self, model_id: str, model: nn.Module, locations: dict[str, tuple[str, int]] | None = None) -> None:
         self.model_id = model_id
         self._model = weakref.ref(model)
         self.names: list[str] = [name for name, _ in model.named_modules()]
@@ -129,6 +142,7 @@ class ModelIndex:
             self._locations = {}
             try:
                 from hookscope.engine import discovery
+
                 by_name = self.modules()
                 for name, module in by_name.items():
                     file, line = discovery.location_of(module, name, by_name)
@@ -148,9 +162,13 @@ class ModelIndex:
             else:
                 selected = [n for n in selected if n == spec.layer]
         if spec.cls:
-            selected = [n for n in selected if type(by_name[n]).__name__ == spec.cls
-                        or type(by_name[n]).__qualname__ == spec.cls
-                        or f"{type(by_name[n]).__module__}.{type(by_name[n]).__qualname__}" == spec.cls]
+            selected = [
+                n
+                for n in selected
+                if type(by_name[n]).__name__ == spec.cls
+                or type(by_name[n]).__qualname__ == spec.cls
+                or f"{type(by_name[n]).__module__}.{type(by_name[n]).__qualname__}" == spec.cls
+            ]
         if spec.file and spec.line:
             at_line = set(self.defined_at(spec.file, spec.line)) | set(self.called_at(spec.file, spec.line))
             selected = [n for n in selected if n in at_line]
@@ -158,7 +176,7 @@ class ModelIndex:
 
     def defined_at(self, file: str, line: int) -> list[str]:
         """Modules whose creating line (``self.conv1 = nn.Conv2d(...)``) is file:line."""
-        return [n for n, (f, l) in self.locations().items() if l == line and same_file(f, file)]
+        return [n for n, (f, at) in self.locations().items() if at == line and same_file(f, file)]
 
     def called_at(self, file: str, line: int) -> list[str]:
         """Modules called at file:line inside some module's ``forward`` (``x = self.conv1(x)``)."""
@@ -193,8 +211,11 @@ class ModelIndex:
                 continue
             source, sites = _call_sites(type(ancestor))
             entry = parts[depth + 1] if depth + 1 < len(parts) else None
-            lines = [line for line, targets in sites.items()
-                     if any(attr == parts[depth] and key in (None, EVERY_ENTRY, entry) for attr, key in targets)]
+            lines = [
+                line
+                for line, targets in sites.items()
+                if any(attr == parts[depth] and key in (None, EVERY_ENTRY, entry) for attr, key in targets)
+            ]
             if source and lines:
                 return source, min(lines)
         return None
@@ -227,7 +248,11 @@ def _call_sites(cls: type) -> tuple[str, dict[int, list[Target]]]:
         return _call_site_cache[cls]
     offset = start - 1
     function = tree.body[0] if tree.body else None
-    params = function.args.posonlyargs + function.args.args if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+    params = (
+        function.args.posonlyargs + function.args.args
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+        else []
+    )
     if not params:  # not a def with a self parameter (a lambda, an assignment): no call sites
         _call_site_cache[cls] = (file, sites)
         return _call_site_cache[cls]
@@ -249,9 +274,9 @@ def _call_sites(cls: type) -> tuple[str, dict[int, list[Target]]]:
 # ---------------------------------------------------------------------------
 # Backward phase through tensor hooks
 
+
 class _PendingCall:
-    __slots__ = ("grad_input", "grad_output", "waiting", "outputs_hooked", "outputs_reached", "fired",
-                 "leaf_handles")
+    __slots__ = ("grad_input", "grad_output", "waiting", "outputs_hooked", "outputs_reached", "fired", "leaf_handles")
 
     def __init__(self, n_in: int) -> None:
         self.grad_input: list[Any] = [None] * n_in
@@ -308,8 +333,7 @@ class GradTap:
         return self._leaves.remove_all()
 
     def install(self) -> list[Any]:
-        return [self._module.register_forward_pre_hook(self._pre),
-                self._module.register_forward_hook(self._post)]
+        return [self._module.register_forward_pre_hook(self._pre), self._module.register_forward_hook(self._post)]
 
     def _pre(self, module: nn.Module, args: tuple) -> None:
         if not self.active or not torch.is_grad_enabled():
@@ -390,6 +414,7 @@ NoticeFn = Callable[[str, str, str], None]
 @dataclass
 class Breakpoint:
     """A spec with its resolved layers and the hook handles it owns."""
+
     spec: BreakpointSpec
     layers: list[tuple[str, str]] = field(default_factory=list)
     handles: list[Any] = field(default_factory=list)
@@ -422,8 +447,9 @@ class Breakpoint:
 class LayerBreakpoints:
     """The whole set of layer breakpoints of one process (replaced as a whole)."""
 
-    def __init__(self, fire: FireFn, notice: NoticeFn, step_of: Callable[[str], int],
-                 keep_outputs: KeepOutputsFn | None = None) -> None:
+    def __init__(
+        self, fire: FireFn, notice: NoticeFn, step_of: Callable[[str], int], keep_outputs: KeepOutputsFn | None = None
+    ) -> None:
         self._fire = fire
         self._notice = notice
         self._step_of = step_of
@@ -468,8 +494,7 @@ class LayerBreakpoints:
             if not bp.layers:
                 entry["error"] = f"breakpoint {spec.id}: {_describe(spec)} matches no layer"
             elif not any(spec.condition.applies_to(p) for p in spec.phases):
-                entry["error"] = (f"condition {spec.condition.kind!r} applies to the backward and "
-                                  "param_grad phases only")
+                entry["error"] = f"condition {spec.condition.kind!r} applies to the backward and param_grad phases only"
             if spec.enabled:
                 self._install_all(bp, indexes)
             self.breakpoints.append(bp)
@@ -499,20 +524,32 @@ class LayerBreakpoints:
 
     # -- hooks -----------------------------------------------------------
 
-    def _install(self, bp: Breakpoint, model_id: str, name: str, module: nn.Module, phases: tuple[str, ...],
-                 handles: list[Any], taps: list[GradTap]) -> None:
+    def _install(
+        self,
+        bp: Breakpoint,
+        model_id: str,
+        name: str,
+        module: nn.Module,
+        phases: tuple[str, ...],
+        handles: list[Any],
+        taps: list[GradTap],
+    ) -> None:
         # Each hook asks the condition's cheap test first (Condition.rejects): most calls end there.
         rejects = bp.spec.condition.rejects
         for phase in phases:
             if phase == "forward_pre":
+
                 def pre(mod: nn.Module, args: tuple, _n: str = name) -> None:
                     if bp.active and not rejects("forward_pre", args, None):
                         self._event(bp, HookEvent(model_id, _n, mod, "forward_pre", inputs=args))
+
                 handles.append(module.register_forward_pre_hook(pre))
             elif phase == "forward":
+
                 def post(mod: nn.Module, args: tuple, output: Any, _n: str = name) -> None:
                     if bp.active and not rejects("forward", output, args):
                         self._event(bp, HookEvent(model_id, _n, mod, "forward", inputs=args, output=output))
+
                 handles.append(module.register_forward_hook(post))
             elif phase == "backward":
                 tap = self._make_tap(bp, model_id, name, module)
@@ -522,10 +559,16 @@ class LayerBreakpoints:
                 for pname, param in module.named_parameters():
                     if not param.requires_grad:
                         continue
+
                     def on_grad(p: torch.Tensor, _n: str = name, _pn: str = pname) -> None:
                         if bp.active and not rejects("param_grad", p.grad, None):
-                            self._event(bp, HookEvent(model_id, _n, module, "param_grad", param_name=_pn,
-                                                      grad=p.grad, extra={"param": p}))
+                            self._event(
+                                bp,
+                                HookEvent(
+                                    model_id, _n, module, "param_grad", param_name=_pn, grad=p.grad, extra={"param": p}
+                                ),
+                            )
+
                     handles.append(param.register_post_accumulate_grad_hook(on_grad))
 
     def _make_tap(self, bp: Breakpoint, model_id: str, name: str, module: nn.Module) -> GradTap:
@@ -534,8 +577,10 @@ class LayerBreakpoints:
 
         def grads(mod: nn.Module, grad_input: tuple, grad_output: tuple) -> None:
             if bp.active and not rejects("backward", grad_input, grad_output):
-                self._event(bp, HookEvent(model_id, name, mod, "backward",
-                                          grad_input=grad_input, grad_output=grad_output))
+                self._event(
+                    bp, HookEvent(model_id, name, mod, "backward", grad_input=grad_input, grad_output=grad_output)
+                )
+
         return GradTap(module, grads)
 
     # -- what the deferred path asks of the exact one ---------------------------
@@ -552,8 +597,7 @@ class LayerBreakpoints:
         for layer_model, name in bp.layers:
             module = self._modules.get((layer_model, name))
             if layer_model == model_id and module is not None:
-                self._install(bp, model_id, name, module, tuple(p for p in phases if p in bp.deferred),
-                              handles, taps)
+                self._install(bp, model_id, name, module, tuple(p for p in phases if p in bp.deferred), handles, taps)
         return [tap.close for tap in taps] + [handle.remove for handle in handles]
 
     def modules_of(self, bp: Breakpoint, model_id: str) -> dict[str, nn.Module]:

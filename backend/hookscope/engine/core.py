@@ -20,25 +20,28 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
 
-from hookscope.hooks import copy_safety, summaries
-from hookscope.engine import image_packages, render_subject
-from hookscope.link import protocol
 from hookscope.debugger import stop
+from hookscope.engine import image_packages, render_subject
 from hookscope.engine.breakpoints import Breakpoint, BreakpointSpec, LayerBreakpoints, ModelIndex
-from hookscope.hooks.conditions import REPLAY, HookEvent
 from hookscope.engine.grad_health import REARM_RULE as HEALTH_REARM_RULE
+from hookscope.engine.nonfinite import REARM_RULE, NonFiniteWatch
+from hookscope.engine.render_subject import Subject
+from hookscope.hooks import copy_safety, summaries
+from hookscope.hooks.conditions import REPLAY, HookEvent
 from hookscope.hooks.kept_outputs import BreakpointOutputs, Kept, keep_call
 from hookscope.hooks.leaf_hooks import LeafHooks
-from hookscope.engine.nonfinite import REARM_RULE, NonFiniteWatch
-from hookscope.link.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
-from hookscope.engine.render_subject import Subject
 from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
-from hookscope.hooks.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE, SummaryBudget
+from hookscope.hooks.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE
+from hookscope.hooks.summary_budget import SummaryBudget
+from hookscope.link import protocol
+from hookscope.link.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
 
 log = logging.getLogger("hookscope")
 
@@ -75,8 +78,7 @@ class _LayerWatch:
     every step, most of the cost of watching a thousand small layers.
     """
 
-    __slots__ = ("model", "layer", "module", "interval", "next_due", "handle", "keep_output", "active",
-                 "leaves")
+    __slots__ = ("model", "layer", "module", "interval", "next_due", "handle", "keep_output", "active", "leaves")
 
     def __init__(self, model: str, layer: str, module: nn.Module, interval: float, keep_output: bool) -> None:
         self.model, self.layer, self.module, self.interval = model, layer, module, interval
@@ -102,8 +104,9 @@ class _SampleRound:
 class Engine:
     """Hook state of one process; answers the agent's requests (see docs/ARCHITECTURE.md)."""
 
-    def __init__(self, emit: Callable[[dict], None], *, shapes: bool = True,
-                 summary_share: float = DEFAULT_SUMMARY_SHARE) -> None:
+    def __init__(
+        self, emit: Callable[[dict], None], *, shapes: bool = True, summary_share: float = DEFAULT_SUMMARY_SHARE
+    ) -> None:
         """``summary_share``: the share of the program's time watched layers' summaries may take."""
         copy_safety.install()  # deepcopy/pickle/torch.save of a watched model leave our hooks out
         self.requests_off_thread = False
@@ -119,10 +122,13 @@ class Engine:
         self._shape_handles: dict[str, list[Any]] = {}
         self._sent_shapes: dict[str, dict[str, list[int]]] = {}
         self._input_signature: dict[str, tuple] = {}
-        self._breakpoints = LayerBreakpoints(self._fire_breakpoint, self._notice, self._step_of,
-                                             keep_outputs=self._replay_outputs)
+        self._breakpoints = LayerBreakpoints(
+            self._fire_breakpoint, self._notice, self._step_of, keep_outputs=self._replay_outputs
+        )
         self._nonfinite = NonFiniteWatch(self._fire_nonfinite, self._notice, self._step_of)
-        self._nonfinite.checks.nonfinite = False  # break on NaN/Inf off until asked (the sentinels may serve gradient health)
+        self._nonfinite.checks.nonfinite = (
+            False  # break on NaN/Inf off until asked (the sentinels may serve gradient health)
+        )
         self._nonfinite_enabled = False
         self._nonfinite_action = "log"
         self._nonfinite_callback: Callable[[stop.Hit], Any] | None = None
@@ -152,8 +158,7 @@ class Engine:
 
     # ------------------------------------------------------------------ models
 
-    def add_model(self, model_id: str, model: nn.Module,
-                  locations: dict[str, tuple[str, int]] | None = None) -> None:
+    def add_model(self, model_id: str, model: nn.Module, locations: dict[str, tuple[str, int]] | None = None) -> None:
         """Track ``model`` (breakpoints set earlier are resolved against it too)."""
         with self._lock:
             self._indexes[model_id] = ModelIndex(model_id, model, locations)
@@ -229,8 +234,9 @@ class Engine:
         if not isinstance(raw, dict):
             raise ProtocolError(ERR_BAD_MESSAGE, "resolveLayers needs a 'spec' map")
         # the same resolution as setBreakpoints, on what selects layers only
-        spec = BreakpointSpec.parse({"id": "resolve", **{k: raw[k] for k in ("layer", "cls", "file", "line", "model")
-                                                         if k in raw}})
+        spec = BreakpointSpec.parse(
+            {"id": "resolve", **{k: raw[k] for k in ("layer", "cls", "file", "line", "model") if k in raw}}
+        )
         with self._lock:
             indexes = list(self._indexes.values())
         layers = []
@@ -238,8 +244,10 @@ class Engine:
             if spec.model is not None and spec.model != index.model_id:
                 continue
             modules = index.modules()
-            layers += [{"model": index.model_id, "layer": name, "cls": type(modules[name]).__name__}
-                       for name in index.resolve(spec)]
+            layers += [
+                {"model": index.model_id, "layer": name, "cls": type(modules[name]).__name__}
+                for name in index.resolve(spec)
+            ]
         return {"layers": layers}
 
     def _warn_if_compiled(self, layers: list[str]) -> None:
@@ -264,11 +272,15 @@ class Engine:
         if compiled and not _compile_forced_eager():
             self._compiled_noticed.update(compiled)  # once per layer, however often breakpoints are re-sent
             names = ", ".join(sorted(set(compiled))[:5])
-            self._notice("warning", f"{names} run inside a torch.compile'd module: hooks added after it was "
-                         "compiled do not fire there (only the compiled root's own hooks do). To debug them, "
-                         "run compiled code "
-                         "eagerly while debugging (setting hookscope.runCompiledEagerly; in code: "
-                         "torch.compiler.set_stance('force_eager')).", "compiled")
+            self._notice(
+                "warning",
+                f"{names} run inside a torch.compile'd module: hooks added after it was "
+                "compiled do not fire there (only the compiled root's own hooks do). To debug them, "
+                "run compiled code "
+                "eagerly while debugging (setting hookscope.runCompiledEagerly; in code: "
+                "torch.compiler.set_stance('force_eager')).",
+                "compiled",
+            )
 
     def set_breakpoints(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Python API: like the request, but specs may carry a ``callback``."""
@@ -293,22 +305,38 @@ class Engine:
                     wanted[(model_id, name)] = module
         self._bp_outputs.sync(wanted)
 
-    def _replay_outputs(self, entries: list[tuple[str, Breakpoint]]) -> ContextManager[None]:
+    def _replay_outputs(self, entries: list[tuple[str, Breakpoint]]) -> AbstractContextManager[None]:
         """While a deferred breakpoint replays a step, keep its layers' outputs (images at its stop)."""
-        wanted = {(model_id, name): module for model_id, bp in entries
-                  for name, module in self._breakpoints.modules_of(bp, model_id).items()}
+        wanted = {
+            (model_id, name): module
+            for model_id, bp in entries
+            for name, module in self._breakpoints.modules_of(bp, model_id).items()
+        }
         return self._bp_outputs.replaying(wanted)
 
     @staticmethod
     def _spec_as_raw(bp: Breakpoint) -> dict[str, Any]:
         s = bp.spec
-        raw: dict[str, Any] = {"id": s.id, "layer": s.layer, "cls": s.cls, "file": s.file, "line": s.line,
-                               "phases": list(s.phases), "hitCount": s.hit_count, "every": s.every,
-                               "enabled": s.enabled, "action": s.action, "callback": s.callback,
-                               "model": s.model}
+        raw: dict[str, Any] = {
+            "id": s.id,
+            "layer": s.layer,
+            "cls": s.cls,
+            "file": s.file,
+            "line": s.line,
+            "phases": list(s.phases),
+            "hitCount": s.hit_count,
+            "every": s.every,
+            "enabled": s.enabled,
+            "action": s.action,
+            "callback": s.callback,
+            "model": s.model,
+        }
         if s.condition.kind != "always":
-            raw["condition"] = {"kind": s.condition.kind, "threshold": s.condition.threshold,
-                                "expression": s.condition.expression}
+            raw["condition"] = {
+                "kind": s.condition.kind,
+                "threshold": s.condition.threshold,
+                "expression": s.condition.expression,
+            }
         return raw
 
     def _req_setCompiledEager(self, request: dict) -> dict:
@@ -342,8 +370,9 @@ class Engine:
         """Break when a parameter's gradient norm goes above ``exploding`` or a layer's below ``vanishing``
         (None: that switch off), checked with break on NaN/Inf's end-of-backward gradient check."""
         for name, value in (("exploding", exploding), ("vanishing", vanishing)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value <= 0):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
+            ):
                 raise ValueError(f"'{name}' must be a positive number or absent")
         with self._lock:
             health = self._nonfinite.checks.health
@@ -351,8 +380,9 @@ class Engine:
             health.vanishing = None if vanishing is None else float(vanishing)
             self._sync_sentinels()
 
-    def set_break_on_nonfinite(self, enabled: bool, action: str = "log",
-                               callback: Callable[[stop.Hit], Any] | None = None) -> None:
+    def set_break_on_nonfinite(
+        self, enabled: bool, action: str = "log", callback: Callable[[stop.Hit], Any] | None = None
+    ) -> None:
         """Turn break on NaN/Inf on or off; ``action`` applies without a debugger."""
         if action not in ("log", "raise", "callback") or (action == "callback" and not callable(callback)):
             raise ValueError("action must be 'log', 'raise' or 'callback' (with a callable callback)")
@@ -386,16 +416,18 @@ class Engine:
             modules = self._indexes[model_id].modules()
             unknown = [name for name in layers if name not in modules]
             if unknown:
-                raise ProtocolError(ERR_UNKNOWN_LAYER, f"no layer named {', '.join(map(repr, unknown[:5]))} "
-                                                       f"in model {model_id}")
+                raise ProtocolError(
+                    ERR_UNKNOWN_LAYER, f"no layer named {', '.join(map(repr, unknown[:5]))} in model {model_id}"
+                )
             for key in [k for k in self._watches if k[0] == model_id]:
                 self._drop_watch(self._watches.pop(key))
             if len(layers) <= RENDERED_LAYERS_KEPT:  # the panel watching its layer: images at once
                 for name in layers:
                     self._keep_rendered((model_id, name))
             for name in layers:
-                watch = _LayerWatch(model_id, name, modules[name], 1.0 / rate,
-                                    keep_output=(model_id, name) in self._rendered)
+                watch = _LayerWatch(
+                    model_id, name, modules[name], 1.0 / rate, keep_output=(model_id, name) in self._rendered
+                )
                 self._arm(watch)
                 self._watches[(model_id, name)] = watch
             self._sync_root_hooks()
@@ -409,8 +441,11 @@ class Engine:
         tensors = list(last.get("tensors", []))
         params = list(module.named_parameters(recurse=False)) or list(module.named_parameters())[:64]
         # Idle (no step within the wait): the layer's summaries without its parameters' gradients.
-        tensors += self._read_grads(model_id, lambda: summaries.summarize_many(
-            [(f"{name}.grad", p.grad) for name, p in params if p.grad is not None]), when_idle=[])
+        tensors += self._read_grads(
+            model_id,
+            lambda: summaries.summarize_many([(f"{name}.grad", p.grad) for name, p in params if p.grad is not None]),
+            when_idle=[],
+        )
         return {"layer": layer, "tensors": tensors, "step": last.get("step", self._step_of(model_id))}
 
     def _req_getParamGrads(self, request: dict) -> dict:
@@ -455,8 +490,11 @@ class Engine:
             if "value" not in result and "error" not in result:
                 if when_idle is not None:
                     return when_idle
-                raise ProtocolError(ERR_NOT_AVAILABLE, "parameter gradients are read while paused or between "
-                                    f"steps; the model did not start a step within {GRADS_SAFE_POINT_S:g} s")
+                raise ProtocolError(
+                    ERR_NOT_AVAILABLE,
+                    "parameter gradients are read while paused or between "
+                    f"steps; the model did not start a step within {GRADS_SAFE_POINT_S:g} s",
+                )
         if "error" in result:
             raise result["error"]
         return result["value"]
@@ -466,8 +504,11 @@ class Engine:
 
         model_id = request.get("model")
         with self._lock:
-            models = {m: i.model for m, i in self._indexes.items()
-                      if i.model is not None and (model_id is None or m == model_id)}
+            models = {
+                m: i.model
+                for m, i in self._indexes.items()
+                if i.model is not None and (model_id is None or m == model_id)
+            }
         if model_id is not None and not models:
             raise ProtocolError(ERR_UNKNOWN_LAYER, f"no model {model_id!r}")
         result = inventory.list_hooks(models)
@@ -484,8 +525,9 @@ class Engine:
         layer = request.get("layer")
         module = self._module(model_id, layer)
         interventions = self._get_interventions()
-        iv_id = interventions.add(model_id, module, layer, request.get("kind"),
-                                  channels=request.get("channels"), value=request.get("value"))
+        iv_id = interventions.add(
+            model_id, module, layer, request.get("kind"), channels=request.get("channels"), value=request.get("value")
+        )
         return {"id": iv_id}
 
     def _req_removeIntervention(self, request: dict) -> dict:
@@ -515,8 +557,12 @@ class Engine:
                 raise ProtocolError(ERR_NOT_AVAILABLE, f"model {model_id} is gone")
             named = list(model.named_parameters())
             image = self._read_grads(model_id, lambda: visuals.gradient_flow(named, **options))
-            about = {"layer": "", "tensor": "parameter gradients", "step": self._step_of(model_id),
-                     "phase": paused.get("phase", "") if paused else ""}
+            about = {
+                "layer": "",
+                "tensor": "parameter gradients",
+                "step": self._step_of(model_id),
+                "phase": paused.get("phase", "") if paused else "",
+            }
         elif view in ("featureMap", "histogram", "tensor", "attention"):
             layer = request.get("layer")
             if not isinstance(layer, str):
@@ -527,14 +573,21 @@ class Engine:
                 image = visuals.attention_map(subject.tensor, **options)
             else:
                 subject = self._render_subject(model_id, layer, module, request.get("tensor"))
-                draw = {"featureMap": visuals.feature_map, "histogram": visuals.histogram,
-                        "tensor": visuals.tensor_image}[view]
+                draw = {
+                    "featureMap": visuals.feature_map,
+                    "histogram": visuals.histogram,
+                    "tensor": visuals.tensor_image,
+                }[view]
                 image = draw(subject.tensor, **options)
             about = subject.meta()
         elif view == "gradCam":
             image = self._grad_cam(visuals, model_id, request.get("layer"), options)
-            about = {"layer": request.get("layer"), "tensor": "Grad-CAM", "step": self._step_of(model_id),
-                     "phase": paused.get("phase", "") if paused else ""}
+            about = {
+                "layer": request.get("layer"),
+                "tensor": "Grad-CAM",
+                "step": self._step_of(model_id),
+                "phase": paused.get("phase", "") if paused else "",
+            }
         else:
             raise ProtocolError(ERR_BAD_MESSAGE, f"unknown view {str(view)[:32]!r}")
         meta = dict(image.meta)
@@ -573,8 +626,11 @@ class Engine:
         from hookscope.debugger import inspector
 
         handles = request.get("handles")
-        return {"released": inspector.release([h for h in handles if isinstance(h, str)]
-                                              if isinstance(handles, (list, tuple)) else None)}
+        return {
+            "released": inspector.release(
+                [h for h in handles if isinstance(h, str)] if isinstance(handles, (list, tuple)) else None
+            )
+        }
 
     # ------------------------------------------------------------------ shutdown
 
@@ -613,11 +669,15 @@ class Engine:
     def hook_count(self) -> int:
         """Hooks installed right now (for tests and the inventory)."""
         with self._lock:
-            return (self._breakpoints.hook_count + self._bp_outputs.hook_count + self._nonfinite.hook_count
-                    + len(self._root_handles)
-                    + sum(w.handle is not None for w in self._watches.values())
-                    + sum(w.handle is not None for w in self._captures.values())
-                    + sum(len(h) for h in self._shape_handles.values()))
+            return (
+                self._breakpoints.hook_count
+                + self._bp_outputs.hook_count
+                + self._nonfinite.hook_count
+                + len(self._root_handles)
+                + sum(w.handle is not None for w in self._watches.values())
+                + sum(w.handle is not None for w in self._captures.values())
+                + sum(len(h) for h in self._shape_handles.values())
+            )
 
     # ------------------------------------------------------------------ hits
 
@@ -634,8 +694,15 @@ class Engine:
             return
         self._hit(NONFINITE_ID, event, reason, origin, self._nonfinite_action, self._nonfinite_callback)
 
-    def _hit(self, bp_id: str, event: HookEvent, reason: str, origin: str | None, action: str,
-             callback: Callable[[stop.Hit], Any] | None) -> None:
+    def _hit(
+        self,
+        bp_id: str,
+        event: HookEvent,
+        reason: str,
+        origin: str | None,
+        action: str,
+        callback: Callable[[stop.Hit], Any] | None,
+    ) -> None:
         """Send ``hit``, then pause (debugger) or apply the action. Never holds the lock while paused."""
         try:
             stats = summaries.summarize_many(_event_tensors(event))
@@ -651,9 +718,17 @@ class Engine:
         else:
             filtered = False
         pausing = stop_frame is not None
-        message: dict[str, Any] = {"type": "hit", "breakpoint": bp_id, "model": event.model,
-                                   "layer": event.layer, "phase": event.phase, "reason": reason,
-                                   "step": event.step, "summaries": stats, "pausing": pausing}
+        message: dict[str, Any] = {
+            "type": "hit",
+            "breakpoint": bp_id,
+            "model": event.model,
+            "layer": event.layer,
+            "phase": event.phase,
+            "reason": reason,
+            "step": event.step,
+            "summaries": stats,
+            "pausing": pausing,
+        }
         if origin:
             message["origin"] = origin
         nan_origin = event.extra.get("nan_origin")
@@ -666,14 +741,20 @@ class Engine:
             message["rearm"] = HEALTH_REARM_RULE
             # the step's per-layer gradient-norm profile, the thresholds drawn, the stopped layer marked
             message["view"] = "gradientFlow"
-            message["viewOptions"] = {"metric": "norm", "highlight": event.layer,
-                                      **({"exploding": health.exploding} if health.exploding else {}),
-                                      **({"vanishing": health.vanishing} if health.vanishing else {})}
+            message["viewOptions"] = {
+                "metric": "norm",
+                "highlight": event.layer,
+                **({"exploding": health.exploding} if health.exploding else {}),
+                **({"vanishing": health.vanishing} if health.vanishing else {}),
+            }
         self._emit(message)
         if filtered and not self._filtered_notice_sent:
             self._filtered_notice_sent = True
-            self._notice("warning", f"Hookscope cannot pause at {event.layer or 'the model'}: "
-                         + stop.JUST_MY_CODE_HINT, "justMyCode")
+            self._notice(
+                "warning",
+                f"Hookscope cannot pause at {event.layer or 'the model'}: " + stop.JUST_MY_CODE_HINT,
+                "justMyCode",
+            )
         if stop_frame is not None:
             self._paused = {**event.frame_locals(), "reason": reason, "stats": stats}
             try:
@@ -685,10 +766,23 @@ class Engine:
         if action == "raise":
             raise stop.BreakpointHit(reason, event.layer, event.phase, stats)
         if action == "callback" and callback is not None:
-            hit = stop.Hit(breakpoint=bp_id, layer=event.layer, module=event.module, phase=event.phase,
-                           reason=reason, step=event.step, stats=stats, inputs=event.inputs,
-                           output=event.output, grad_input=event.grad_input, grad_output=event.grad_output,
-                           param_name=event.param_name, grad=event.grad, origin=origin, extra=event.extra)
+            hit = stop.Hit(
+                breakpoint=bp_id,
+                layer=event.layer,
+                module=event.module,
+                phase=event.phase,
+                reason=reason,
+                step=event.step,
+                stats=stats,
+                inputs=event.inputs,
+                output=event.output,
+                grad_input=event.grad_input,
+                grad_output=event.grad_output,
+                param_name=event.param_name,
+                grad=event.grad,
+                origin=origin,
+                extra=event.extra,
+            )
             try:
                 callback(hit)
             except stop.BreakpointHit:
@@ -719,11 +813,20 @@ class Engine:
                     self._last_output[key] = keep_call(module, args, kwargs, output, step)
                 if key not in self._watches:
                     return  # a render capture only
-                tensors = summaries.summarize_many(list(summaries.iter_tensors(args, "inputs"))
-                                                   + list(summaries.iter_tensors(output, "output")))
+                tensors = summaries.summarize_many(
+                    list(summaries.iter_tensors(args, "inputs")) + list(summaries.iter_tensors(output, "output"))
+                )
                 self._last[key] = {"step": step, "tensors": tensors}
-                self._emit({"type": "summaries", "model": watch.model, "layer": watch.layer,
-                            "phase": "forward", "step": step, "tensors": tensors})
+                self._emit(
+                    {
+                        "type": "summaries",
+                        "model": watch.model,
+                        "layer": watch.layer,
+                        "phase": "forward",
+                        "step": step,
+                        "tensors": tensors,
+                    }
+                )
                 if torch.is_grad_enabled():
                     if watch.leaves.handles:  # the last sample's, if its backward never came
                         watch.leaves.remove_all()
@@ -733,8 +836,10 @@ class Engine:
                 self._budget.record((key, "forward"), time.perf_counter() - started)
             except Exception as exc:
                 watch.active = False
-                self._notice("warning", f"watching {watch.layer} failed and stopped: "
-                             f"{type(exc).__name__}: {exc}", "watchError")
+                self._notice(
+                    "warning", f"watching {watch.layer} failed and stopped: {type(exc).__name__}: {exc}", "watchError"
+                )
+
         return hook
 
     def _watch_grad_hook(self, watch: _LayerWatch, path: str, step: int) -> Callable[[torch.Tensor], None]:
@@ -747,11 +852,20 @@ class Engine:
                 last = self._last.get((watch.model, watch.layer))
                 if last is not None and last.get("step") == step:
                     last["tensors"] = [t for t in last["tensors"] if t["path"] != path] + tensors
-                self._emit({"type": "summaries", "model": watch.model, "layer": watch.layer,
-                            "phase": "backward", "step": step, "tensors": tensors})
+                self._emit(
+                    {
+                        "type": "summaries",
+                        "model": watch.model,
+                        "layer": watch.layer,
+                        "phase": "backward",
+                        "step": step,
+                        "tensors": tensors,
+                    }
+                )
                 self._budget.record(((watch.model, watch.layer), "backward"), time.perf_counter() - started)
             except Exception as exc:
                 self._notice("warning", f"gradient summary of {watch.layer} failed: {exc}", "watchError")
+
         return hook
 
     def _next_sample_at(self, watch: _LayerWatch) -> float:
@@ -813,9 +927,13 @@ class Engine:
         interval = self._budget.interval(wanted)
         if interval > 2 * wanted and not self._budget_noticed:
             self._budget_noticed = True
-            self._notice("info", f"{len(self._watches)} watched layers: their summaries refresh every "
-                         f"{interval:.1f} s (not {wanted:.2f} s) to keep their cost under "
-                         f"{self._budget.share:.0%} of the run time", "watchThrottled")
+            self._notice(
+                "info",
+                f"{len(self._watches)} watched layers: their summaries refresh every "
+                f"{interval:.1f} s (not {wanted:.2f} s) to keep their cost under "
+                f"{self._budget.share:.0%} of the run time",
+                "watchThrottled",
+            )
         return interval
 
     def _drop_watch(self, watch: _LayerWatch) -> int:
@@ -874,14 +992,23 @@ class Engine:
             if kept is not None and kept.call is not None:
                 args, kwargs = kept.call
                 weights = visuals.mha_weights(module, args, kwargs)
-                return Subject(weights, layer, "attention weights", kept.step, "forward",
-                               "recomputed from the call's inputs (the model asked for need_weights=False)")
+                return Subject(
+                    weights,
+                    layer,
+                    "attention weights",
+                    kept.step,
+                    "forward",
+                    "recomputed from the call's inputs (the model asked for need_weights=False)",
+                )
         elif render_subject.looks_like_attention(output):  # a hand-written softmax
             return Subject(output.detach(), layer, "output", step, phase)
         if kept is None and output is None:
             raise self._not_kept(model_id, layer, stop_step)
-        raise ProtocolError(ERR_NOT_AVAILABLE, f"{layer} returned no attention weights and is not an "
-                            "nn.MultiheadAttention (pick the module that outputs the softmax)")
+        raise ProtocolError(
+            ERR_NOT_AVAILABLE,
+            f"{layer} returned no attention weights and is not an "
+            "nn.MultiheadAttention (pick the module that outputs the softmax)",
+        )
 
     def _kept_call(self, model_id: str, layer: str, module: nn.Module) -> Kept | None:
         """The layer's last kept call: its breakpoint's, else its watch's or a render capture's (a
@@ -909,13 +1036,17 @@ class Engine:
         has_breakpoint = (model_id, layer) in self._bp_outputs.layers()
         size = self._bp_outputs.too_large(model_id, layer)
         if size is not None:
-            message = (f"the output of {layer} ({size / 2**20:.0f} MiB) is larger than Hookscope keeps for "
-                       f"images ({self._bp_outputs.max_bytes / 2**20:.0f} MiB)")
+            message = (
+                f"the output of {layer} ({size / 2**20:.0f} MiB) is larger than Hookscope keeps for "
+                f"images ({self._bp_outputs.max_bytes / 2**20:.0f} MiB)"
+            )
         elif stop_step is not None:
             message = f"no forward of {layer} was seen in step {stop_step}"
             if not has_breakpoint:
-                message += (": Hookscope keeps the outputs of layers with a breakpoint (and of the layer the "
-                            "panel shows, from its next forward pass on)")
+                message += (
+                    ": Hookscope keeps the outputs of layers with a breakpoint (and of the layer the "
+                    "panel shows, from its next forward pass on)"
+                )
         elif has_breakpoint:
             message = f"{layer} has not run yet"
         else:
@@ -936,16 +1067,20 @@ class Engine:
 
     def _grad_cam(self, visuals: Any, model_id: str, layer: Any, options: dict[str, Any]) -> Any:
         if self._paused is None:
-            raise ProtocolError(ERR_NOT_AVAILABLE, "Grad-CAM runs its own forward and backward pass: "
-                                "pause at a layer breakpoint first")
+            raise ProtocolError(
+                ERR_NOT_AVAILABLE, "Grad-CAM runs its own forward and backward pass: pause at a layer breakpoint first"
+            )
         if not isinstance(layer, str):
             raise ProtocolError(ERR_BAD_MESSAGE, "render gradCam needs a 'layer'")
         module = self._module(model_id, layer)
         model = self._indexes[model_id].model
         args = self._last_args.get(model_id)
         if model is None or args is None or args[1]:
-            raise ProtocolError(ERR_NOT_AVAILABLE, "the model's last inputs are not known (or it takes "
-                                "keyword arguments): run a forward pass with a breakpoint set first")
+            raise ProtocolError(
+                ERR_NOT_AVAILABLE,
+                "the model's last inputs are not known (or it takes "
+                "keyword arguments): run a forward pass with a breakpoint set first",
+            )
         REPLAY.depth += 1  # our own pass: Hookscope's hooks stay quiet
         try:
             return visuals.grad_cam(model, module, args[0], options.pop("target", None), **options)
@@ -955,8 +1090,12 @@ class Engine:
     # ------------------------------------------------------------------ root hooks
 
     def _model_active(self, model_id: str) -> bool:
-        return (self._sentinels_on or model_id in self._breakpoints.models_with_hooks()
-                or any(m == model_id for m, _ in self._watches) or any(m == model_id for m, _ in self._captures))
+        return (
+            self._sentinels_on
+            or model_id in self._breakpoints.models_with_hooks()
+            or any(m == model_id for m, _ in self._watches)
+            or any(m == model_id for m, _ in self._captures)
+        )
 
     def _sync_root_hooks(self) -> None:
         """The step counter on each root exists exactly while something is hooked on that model."""
@@ -967,7 +1106,8 @@ class Engine:
                 assert index.model is not None
                 # prepend: the step is counted before any breakpoint's pre-hook on the root reads it
                 self._root_handles[model_id] = index.model.register_forward_pre_hook(
-                    self._root_pre(model_id), with_kwargs=True, prepend=True)
+                    self._root_pre(model_id), with_kwargs=True, prepend=True
+                )
             elif not wanted and handle is not None:
                 handle.remove()
                 del self._root_handles[model_id]
@@ -985,11 +1125,15 @@ class Engine:
                 self._arm_due()
             if self._shapes_wanted and model_id not in self._shape_handles:
                 # one tensor argument, the usual case, inline: a call here is traced every step
-                signature = ((tuple(args[0].shape),) if len(args) == 1 and type(args[0]) is torch.Tensor
-                             else _input_signature(args))
+                signature = (
+                    (tuple(args[0].shape),)
+                    if len(args) == 1 and type(args[0]) is torch.Tensor
+                    else _input_signature(args)
+                )
                 if signature != self._input_signature.get(model_id):
                     self._input_signature[model_id] = signature
                     self._arm_shapes(model_id, module)
+
         return hook
 
     def _step_of(self, model_id: str) -> int:
@@ -1010,13 +1154,17 @@ class Engine:
                 first = summaries_first_tensor(output)
                 if first is not None:
                     shapes[name] = list(first.shape)
+
             return hook
 
         def pre(module: nn.Module, args: tuple) -> None:
             if REPLAY.depth or layer_handles:
                 return
-            added = [sub.register_forward_hook(record(name))
-                     for name, sub in module.named_modules(remove_duplicate=False) if name]
+            added = [
+                sub.register_forward_hook(record(name))
+                for name, sub in module.named_modules(remove_duplicate=False)
+                if name
+            ]
             with self._lock:
                 if self._shape_handles.get(model_id) is owned:
                     layer_handles.extend(added)
@@ -1086,6 +1234,7 @@ class Engine:
 
 # ---------------------------------------------------------------------- free helpers
 
+
 def _compile_forced_eager() -> bool:
     """Whether torch.compile'd code currently runs eagerly (``torch.compiler.set_stance('force_eager')``)."""
     try:
@@ -1137,8 +1286,11 @@ def _event_tensors(event: HookEvent) -> list[tuple[str, torch.Tensor]]:
 
 def param_grad_stats(model: nn.Module) -> list[dict[str, Any]]:
     """``[{name, shape, norm, mean, absmax, nan, inf}]`` of every ``.grad``, one sync per device."""
-    named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None
-             and p.grad.layout == torch.strided and not p.grad.is_complex()]
+    named = [
+        (name, p.grad)
+        for name, p in model.named_parameters()
+        if p.grad is not None and p.grad.layout == torch.strided and not p.grad.is_complex()
+    ]
     by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
     for name, grad in named:
         by_device.setdefault(grad.device, []).append((name, grad))
@@ -1147,16 +1299,34 @@ def param_grad_stats(model: nn.Module) -> list[dict[str, Any]]:
         for group in by_device.values():
             grads = [g.float() if g.dtype in (torch.float16, torch.bfloat16) else g for _, g in group]
             norms = torch._foreach_norm(grads)
-            stacked = torch.stack([torch.stack([n.double(), g.double().mean() if g.numel() else n.double() * 0,
-                                                g.abs().amax().double() if g.numel() else n.double() * 0,
-                                                torch.isnan(g).sum().double(), torch.isinf(g).sum().double()])
-                                   for n, g in zip(norms, grads)])
+            stacked = torch.stack(
+                [
+                    torch.stack(
+                        [
+                            n.double(),
+                            g.double().mean() if g.numel() else n.double() * 0,
+                            g.abs().amax().double() if g.numel() else n.double() * 0,
+                            torch.isnan(g).sum().double(),
+                            torch.isinf(g).sum().double(),
+                        ]
+                    )
+                    for n, g in zip(norms, grads)
+                ]
+            )
             for (name, _), values in zip(group, stacked.tolist()):
                 rows[name] = values
     out = []
     for name, grad in named:
         norm, mean, absmax, nan, inf = rows[name]
-        out.append({"name": name, "shape": list(grad.shape), "norm": norm,
-                    "mean": mean if math.isfinite(mean) else None,
-                    "absmax": absmax, "nan": int(nan), "inf": int(inf)})
+        out.append(
+            {
+                "name": name,
+                "shape": list(grad.shape),
+                "norm": norm,
+                "mean": mean if math.isfinite(mean) else None,
+                "absmax": absmax,
+                "nan": int(nan),
+                "inf": int(inf),
+            }
+        )
     return out

@@ -59,21 +59,23 @@ import logging
 import math
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
+from hookscope.debugger.stop import BreakpointHit
 from hookscope.hooks.conditions import REPLAY, Condition, HookEvent
 from hookscope.hooks.copy_safety import is_hookscope_hook
 from hookscope.hooks.leaf_hooks import LeafHooks, hook_gradient
 from hookscope.hooks.module_tensors import FLATTEN_MAX_NUMEL, STRUCTURE, ModuleTensors
 from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
 from hookscope.hooks.step_snapshot import CallSnapshot, state_kept
-from hookscope.debugger.stop import BreakpointHit
 from hookscope.hooks.summaries import tensors_in
 
 if TYPE_CHECKING:
@@ -100,8 +102,7 @@ _INF = math.inf
 
 def deferrable(condition: Condition, hit_count: int | None, every: int | None, layers: int) -> bool:
     """Whether a breakpoint's value condition is checked once per step (its deferrable phases)."""
-    return (condition.kind in DEFERRED_KINDS and hit_count is None and every is None
-            and layers >= DEFER_MIN_LAYERS)
+    return condition.kind in DEFERRED_KINDS and hit_count is None and every is None and layers >= DEFER_MIN_LAYERS
 
 
 class _Values:
@@ -113,10 +114,24 @@ class _Values:
     recorded it computes its value at once from then on (``_LayerHooks.at_once``).
     """
 
-    __slots__ = ("refs", "versions", "owners", "bytes", "scalars", "lows", "vectors", "flag", "uncertain",
-                 "doubtful", "condition", "kind", "phase", "recorder")
+    __slots__ = (
+        "refs",
+        "versions",
+        "owners",
+        "bytes",
+        "scalars",
+        "lows",
+        "vectors",
+        "flag",
+        "uncertain",
+        "doubtful",
+        "condition",
+        "kind",
+        "phase",
+        "recorder",
+    )
 
-    def __init__(self, condition: Condition, phase: str, recorder: "_Recorder") -> None:
+    def __init__(self, condition: Condition, phase: str, recorder: _Recorder) -> None:
         self.condition = condition
         self.kind = condition.kind
         self.phase = phase
@@ -303,12 +318,11 @@ class _Values:
 class _Track:
     """One deferred breakpoint on one model: its phases' values in the current step."""
 
-    def __init__(self, bp: "Breakpoint", phases: Sequence[str], recorder: "_Recorder") -> None:
+    def __init__(self, bp: Breakpoint, phases: Sequence[str], recorder: _Recorder) -> None:
         condition = bp.spec.condition
         self.bp = bp
         self.recorder = recorder
-        self.forward_phases = tuple(p for p in phases if p in ("forward_pre", "forward")
-                                    and condition.applies_to(p))
+        self.forward_phases = tuple(p for p in phases if p in ("forward_pre", "forward") and condition.applies_to(p))
         self.backward = "backward" in phases and condition.applies_to("backward")
         self.nonfinite = condition.kind == "nonfinite"
         self.forward = _Values(condition, "forward", recorder)
@@ -317,7 +331,7 @@ class _Track:
         """Gradient hooks this step placed on leaf tensors (a model input that requires grad)."""
 
 
-def _take(values: _Values, value: Any, owner: "_LayerHooks") -> None:
+def _take(values: _Values, value: Any, owner: _LayerHooks) -> None:
     """The tensors of a value that is not one floating tensor (a tuple, an integer or empty tensor)."""
     for tensor in tensors_in(value):
         if tensor.is_floating_point() and tensor.layout is _STRIDED and tensor.numel():
@@ -335,7 +349,7 @@ def _take(values: _Values, value: Any, owner: "_LayerHooks") -> None:
 class _LayerHooks:
     """The steady-state hooks of one deferred breakpoint on one layer."""
 
-    def __init__(self, track: _Track, model_id: str, name: str, module: nn.Module, owner: "DeferredValues") -> None:
+    def __init__(self, track: _Track, model_id: str, name: str, module: nn.Module, owner: DeferredValues) -> None:
         self.track = track
         self.model_id = model_id
         self.name = name
@@ -369,7 +383,7 @@ class _LayerHooks:
 
     # -- the layer's forward, wrapped (see ``may_wrap``) -----------------------
 
-    def _wrap(self) -> "_Unwrap":
+    def _wrap(self) -> _Unwrap:
         module = self.module
         self.previous = module.__dict__.get("forward")
         """An instance-level forward that was there (another tool's, or another breakpoint's wrapper)."""
@@ -409,8 +423,13 @@ class _LayerHooks:
             if self.pre_values:
                 values = self.track.forward
                 for arg in args:
-                    if (type(arg) is torch.Tensor and arg.is_floating_point() and arg.layout is _STRIDED and arg.numel()
-                            and not self.at_once):
+                    if (
+                        type(arg) is torch.Tensor
+                        and arg.is_floating_point()
+                        and arg.layout is _STRIDED
+                        and arg.numel()
+                        and not self.at_once
+                    ):
                         values.refs.append(arg)
                         values.versions.append(arg._version)
                         values.owners.append(self)
@@ -447,8 +466,13 @@ class _LayerHooks:
         try:
             if self.post_values:
                 values = self.track.forward
-                if (type(output) is torch.Tensor and output.is_floating_point() and output.layout is _STRIDED
-                        and output.numel() and not self.at_once):
+                if (
+                    type(output) is torch.Tensor
+                    and output.is_floating_point()
+                    and output.layout is _STRIDED
+                    and output.numel()
+                    and not self.at_once
+                ):
                     values.refs.append(output)
                     values.versions.append(output._version)
                     values.owners.append(self)
@@ -494,8 +518,9 @@ class _LayerHooks:
                 self.tap = self.owner.make_tap(self.track.bp, self.model_id, self.name, module)
             self.tap._pre(module, args)
         if self.pre_values:
-            self.owner.exact(self.track.bp, HookEvent(self.model_id, self.name, module, "forward_pre", inputs=args),
-                             args, None)
+            self.owner.exact(
+                self.track.bp, HookEvent(self.model_id, self.name, module, "forward_pre", inputs=args), args, None
+            )
 
     def _outside_post(self, module: nn.Module, args: tuple, output: Any) -> None:
         if self.track.backward and not self.hook_inputs:
@@ -508,8 +533,12 @@ class _LayerHooks:
         if self.tap is not None:
             self.tap._post(module, args, output)
         if self.post_values:
-            self.owner.exact(self.track.bp, HookEvent(self.model_id, self.name, module, "forward", inputs=args,
-                                                      output=output), output, args)
+            self.owner.exact(
+                self.track.bp,
+                HookEvent(self.model_id, self.name, module, "forward", inputs=args, output=output),
+                output,
+                args,
+            )
 
 
 def _wrapped_forward(hooks: _LayerHooks) -> Callable[..., Any]:
@@ -523,7 +552,12 @@ def _wrapped_forward(hooks: _LayerHooks) -> Callable[..., Any]:
     recorder, forward_values = track.recorder, track.forward
     grad = track.backward_values.grad  # one bound method: the same key in every hook dict it enters
     post_values, hook_inputs, hook_outputs = hooks.post_values, hooks.hook_inputs, hooks.hook_outputs
-    around, tracing, grad_enabled, tensor = hooks.around, torch._C._get_tracing_state, torch.is_grad_enabled, torch.Tensor
+    around, tracing, grad_enabled, tensor = (
+        hooks.around,
+        torch._C._get_tracing_state,
+        torch.is_grad_enabled,
+        torch.Tensor,
+    )
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         if not hooks.fast or not recorder.open or (REPLAY.depth and not recorder.replaying) or tracing():
@@ -612,8 +646,7 @@ def may_wrap(module: nn.Module) -> bool:
     """
     if getattr(module, "_compiled_call_impl", None) is not None or type(module).__name__ == "OptimizedModule":
         return False
-    for hooks in (module._forward_hooks, module._forward_pre_hooks, _global_forward_hooks,
-                  _global_forward_pre_hooks):
+    for hooks in (module._forward_hooks, module._forward_pre_hooks, _global_forward_hooks, _global_forward_pre_hooks):
         for hook in hooks.values():
             if not is_hookscope_hook(hook):
                 return False
@@ -623,7 +656,7 @@ def may_wrap(module: nn.Module) -> bool:
 class _Recorder:
     """One model root: the snapshots of its calls, the once-per-step checks and the replays."""
 
-    def __init__(self, model_id: str, root: nn.Module, owner: "DeferredValues") -> None:
+    def __init__(self, model_id: str, root: nn.Module, owner: DeferredValues) -> None:
         self.model_id = model_id
         self._root = weakref.ref(root)  # a model the program drops is freed
         self.owner = owner
@@ -644,8 +677,10 @@ class _Recorder:
         STRUCTURE.acquire()
         # First among the root's pre-hooks and (see last_post) last among its forward hooks, so that
         # a watched root's own layer hooks run inside the recorded call.
-        self.handles = [root.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True),
-                        root.register_forward_hook(self._post, with_kwargs=True)]
+        self.handles = [
+            root.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True),
+            root.register_forward_hook(self._post, with_kwargs=True),
+        ]
 
     def last_post(self) -> None:
         """Put the forward hook back after the layer hooks added since (the root may be a watched layer)."""
@@ -674,7 +709,6 @@ class _Recorder:
         self.calls, self._spare, self.tracks = [], [], []
         return count
 
-
     # -- steady state ------------------------------------------------------
     # These run once per step, so loops replace comprehensions and small helpers are written out:
     # under a debugger each Python call is traced (~2.5 µs here).
@@ -694,8 +728,9 @@ class _Recorder:
         except Exception as exc:  # noqa: BLE001
             self.owner.failed(None, "", exc)
 
-    def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any],
-              output: Any = CALLED_WITHOUT_KWARGS) -> None:
+    def _post(
+        self, module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any = CALLED_WITHOUT_KWARGS
+    ) -> None:
         if REPLAY.depth or not self.open or output is CALLED_WITHOUT_KWARGS:
             return
         self.open = False
@@ -711,7 +746,7 @@ class _Recorder:
                 self._replay_forward(call, hits)
             if call.grad_enabled and self.backward:
                 grads = call.root_grads
-                for tensor in ([output] if type(output) is torch.Tensor else tensors_in(output)):
+                for tensor in [output] if type(output) is torch.Tensor else tensors_in(output):
                     if tensor.requires_grad:
                         grads.append(None)
                         handle = hook_gradient(tensor, partial(self._root_grad, call, len(grads) - 1))
@@ -756,8 +791,9 @@ class _Recorder:
                 if replayable:
                     self._replay_backward(replayable, hits)
                 else:
-                    self._not_replayed(hits, "the loss did not flow through the model's output, so the step "
-                                       "cannot be replayed")
+                    self._not_replayed(
+                        hits, "the loss did not flow through the model's output, so the step cannot be replayed"
+                    )
         except BreakpointHit:
             raise  # the user chose 'raise'
         except Exception as exc:
@@ -819,22 +855,30 @@ class _Recorder:
         if _hits(tracks) == hits_before:
             self._check_reproduced([t for t in sure if t not in replayed], "backward")
 
-    def _replaying(self, tracks: list[_Track], phases: tuple[str, ...], buffers: list[torch.Tensor],
-                   cuda: bool) -> ContextManager[None]:
+    def _replaying(
+        self, tracks: list[_Track], phases: tuple[str, ...], buffers: list[torch.Tensor], cuda: bool
+    ) -> AbstractContextManager[None]:
         return _Replay(self, tracks, phases, buffers, cuda)
 
     def _check_reproduced(self, lost: list[_Track], phase: str) -> None:
         """After a replay where no call hit: a breakpoint whose replayed values no longer may hit was lost."""
         if lost:
-            self._not_replayed(lost, "the replay of the step did not reproduce the values (state outside the "
-                               "model, or a nondeterministic kernel)")
+            self._not_replayed(
+                lost,
+                "the replay of the step did not reproduce the values (state outside the "
+                "model, or a nondeterministic kernel)",
+            )
 
     def _not_replayed(self, tracks: list[_Track], why: str) -> None:
         for track in tracks:
-            self.owner.notice("warning", f"breakpoint {track.bp.spec.id}: a call in step "
-                              f"{self.owner.step_of(self.model_id)} of model {self.model_id} may satisfy "
-                              f"{_describe(track.bp.spec.condition)}, but {why}; set it on fewer than "
-                              f"{DEFER_MIN_LAYERS} layers for the exact per-call check", "deferredNotReplayed")
+            self.owner.notice(
+                "warning",
+                f"breakpoint {track.bp.spec.id}: a call in step "
+                f"{self.owner.step_of(self.model_id)} of model {self.model_id} may satisfy "
+                f"{_describe(track.bp.spec.condition)}, but {why}; set it on fewer than "
+                f"{DEFER_MIN_LAYERS} layers for the exact per-call check",
+                "deferredNotReplayed",
+            )
 
 
 def _released(call: CallSnapshot) -> CallSnapshot:
@@ -845,12 +889,18 @@ def _released(call: CallSnapshot) -> CallSnapshot:
 class _Replay:
     """The replay's frame: state kept, Hookscope's other hooks quiet, the breakpoints' exact hooks on."""
 
-    def __init__(self, recorder: _Recorder, tracks: list[_Track], phases: tuple[str, ...],
-                 buffers: list[torch.Tensor], cuda: bool) -> None:
+    def __init__(
+        self,
+        recorder: _Recorder,
+        tracks: list[_Track],
+        phases: tuple[str, ...],
+        buffers: list[torch.Tensor],
+        cuda: bool,
+    ) -> None:
         self.recorder, self.tracks, self.phases = recorder, tracks, phases
         self.kept = state_kept(buffers, cuda)
         self.exact: list[Any] = []
-        self.outputs: ContextManager[None] | None = None
+        self.outputs: AbstractContextManager[None] | None = None
 
     def __enter__(self) -> None:
         recorder = self.recorder
@@ -893,20 +943,22 @@ def _hits(tracks: list[_Track]) -> int:
 def _describe(condition: Condition) -> str:
     if condition.kind == "nonfinite":
         return "NaN/Inf"
-    what = {"absmax_above": "abs-max >", "grad_norm_above": "gradient norm >",
-            "grad_norm_below": "gradient norm <"}[condition.kind]
+    what = {"absmax_above": "abs-max >", "grad_norm_above": "gradient norm >", "grad_norm_below": "gradient norm <"}[
+        condition.kind
+    ]
     return f"{what} {condition.threshold:g}"
 
 
 ExactFn = Callable[["Breakpoint", HookEvent, Any, Any], None]
 ExactHooksFn = Callable[["Breakpoint", str, tuple[str, ...]], list[Callable[[], Any]]]
 TapFn = Callable[["Breakpoint", str, str, nn.Module], "GradTap"]
-KeepOutputsFn = Callable[[list[tuple[str, "Breakpoint"]]], ContextManager[None]]
+KeepOutputsFn = Callable[[list[tuple[str, "Breakpoint"]]], AbstractContextManager[None]]
 
 
 @dataclass
 class DeferredHooks:
     """What the deferred path needs from the exact one (LayerBreakpoints supplies it)."""
+
     exact: ExactFn
     """Run the exact test and fire for one call (``produced``, ``received`` as ``Condition.rejects`` takes them)."""
     exact_hooks: ExactHooksFn
@@ -925,7 +977,7 @@ class _Nothing:
         return None
 
 
-def _nothing() -> ContextManager[None]:
+def _nothing() -> AbstractContextManager[None]:
     return _Nothing()
 
 
@@ -941,8 +993,9 @@ class DeferredValues:
     def hook_count(self) -> int:
         return sum(len(r.handles) for r in self.recorders.values())
 
-    def add(self, bp: "Breakpoint", phases: Sequence[str], model_id: str, root: nn.Module,
-            layers: list[tuple[str, nn.Module]]) -> None:
+    def add(
+        self, bp: Breakpoint, phases: Sequence[str], model_id: str, root: nn.Module, layers: list[tuple[str, nn.Module]]
+    ) -> None:
         """Watch ``layers`` of one model for ``bp`` (its hooks go into ``bp.handles``)."""
         recorder = self.recorders.get(model_id)
         if recorder is None:
@@ -963,18 +1016,18 @@ class DeferredValues:
 
     # -- what the layers and recorders call -------------------------------------
 
-    def exact(self, bp: "Breakpoint", event: HookEvent, produced: Any, received: Any) -> None:
+    def exact(self, bp: Breakpoint, event: HookEvent, produced: Any, received: Any) -> None:
         self._hooks.exact(bp, event, produced, received)
 
-    def exact_hooks(self, bp: "Breakpoint", model_id: str, phases: tuple[str, ...]) -> list[Callable[[], Any]]:
+    def exact_hooks(self, bp: Breakpoint, model_id: str, phases: tuple[str, ...]) -> list[Callable[[], Any]]:
         return self._hooks.exact_hooks(bp, model_id, phases)
 
-    def make_tap(self, bp: "Breakpoint", model_id: str, name: str, module: nn.Module) -> "GradTap":
+    def make_tap(self, bp: Breakpoint, model_id: str, name: str, module: nn.Module) -> GradTap:
         tap = self._hooks.make_tap(bp, model_id, name, module)
         bp.closers.append(tap.close)
         return tap
 
-    def keep_outputs(self, entries: list[tuple[str, "Breakpoint"]]) -> ContextManager[None]:
+    def keep_outputs(self, entries: list[tuple[str, Breakpoint]]) -> AbstractContextManager[None]:
         return self._hooks.keep_outputs(entries)
 
     def notice(self, level: str, message: str, code: str) -> None:
@@ -983,7 +1036,7 @@ class DeferredValues:
     def step_of(self, model_id: str) -> int:
         return self._hooks.step_of(model_id)
 
-    def failed(self, bp: "Breakpoint | None", layer: str, exc: Exception) -> None:
+    def failed(self, bp: Breakpoint | None, layer: str, exc: Exception) -> None:
         """A deferred hook failed: said once per distinct error, never raised into training."""
         text = f"{type(exc).__name__}: {exc}"
         where = f"breakpoint {bp.spec.id} on {layer}" if bp is not None else "a breakpoint's per-step check"

@@ -50,8 +50,9 @@ import threading
 import time
 import types
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from hookscope import PACKAGE_DIR
 
@@ -75,7 +76,7 @@ class Origin:
 # ---------------------------------------------------------------------------
 # Recording creation sites (runs on the creating thread, must stay cheap).
 
-_origins: "weakref.WeakKeyDictionary[Any, Origin]" = weakref.WeakKeyDictionary()
+_origins: weakref.WeakKeyDictionary[Any, Origin] = weakref.WeakKeyDictionary()
 _created: list[weakref.ref] = []
 """Modules created since the last poll (weak)."""
 _created_lock = threading.Lock()
@@ -219,6 +220,7 @@ def origin_of(module: Any) -> Origin | None:
 # ---------------------------------------------------------------------------
 # Source fallback: the parent class's code, read with ast.
 
+
 @functools.lru_cache(maxsize=512)
 def _class_assignments(cls: type) -> tuple[str | None, dict[str, ast.expr]]:
     """``{attribute: value node}`` for ``self.<attr> = value`` and ``add_module`` calls in a class."""
@@ -237,12 +239,20 @@ def _class_assignments(cls: type) -> tuple[str | None, dict[str, ast.expr]]:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                            and target.value.id == "self"):
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    ):
                         found.setdefault(target.attr, node.value)
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and node.func.attr in ("add_module", "register_module") and len(node.args) == 2
-                  and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("add_module", "register_module")
+                and len(node.args) == 2
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 found.setdefault(node.args[0].value, node.args[1])
     return (os.path.abspath(file) if file else None), found
 
@@ -291,8 +301,9 @@ def _dict_entry(node: ast.expr, key: str) -> ast.expr | None:
     return None
 
 
-def _fallback_location(parent: Any, grandparent: Any, parent_attr: str | None,
-                       attr: str) -> tuple[str | None, int | None]:
+def _fallback_location(
+    parent: Any, grandparent: Any, parent_attr: str | None, attr: str
+) -> tuple[str | None, int | None]:
     found = _source_assignment(parent, attr)
     if found is not None:
         return found[0], found[1].lineno
@@ -317,6 +328,7 @@ def _fallback_location(parent: Any, grandparent: Any, parent_attr: str | None,
 # ---------------------------------------------------------------------------
 # Describing a model.
 
+
 def _numel(param: Any) -> int:
     try:
         return int(param.numel())
@@ -329,8 +341,11 @@ def describe(model_id: str, root: Any, name: str | None = None) -> dict[str, Any
     named = list(root.named_modules())
     by_name = dict(named)
     # torch.compile(m) wraps m in an OptimizedModule; m.compile() compiles m's own call in place.
-    compiled_prefixes = [n for n, m in named if type(m).__name__ == "OptimizedModule"
-                         or getattr(m, "_compiled_call_impl", None) is not None]
+    compiled_prefixes = [
+        n
+        for n, m in named
+        if type(m).__name__ == "OptimizedModule" or getattr(m, "_compiled_call_impl", None) is not None
+    ]
     modules: list[dict[str, Any]] = []
     for qname, module in named:
         direct = sum(_numel(p) for p in module.parameters(recurse=False))
@@ -379,6 +394,7 @@ def location_of(module: Any, qname: str, by_name: dict[str, Any]) -> tuple[str |
 # ---------------------------------------------------------------------------
 # Tracking roots.
 
+
 @dataclass
 class _Root:
     model_id: str
@@ -399,8 +415,7 @@ class Discovery:
     """The agent thread waits this long after a module's creation before calling it a root,
     so ``enc = Encoder(); model = Seq2Seq(enc)`` is reported once, not twice."""
 
-    def __init__(self, on_added: Callable[[str, Any, dict], None],
-                 on_removed: Callable[[str], None]) -> None:
+    def __init__(self, on_added: Callable[[str, Any, dict], None], on_removed: Callable[[str], None]) -> None:
         self._on_added = on_added
         self._on_removed = on_removed
         self._lock = threading.RLock()
@@ -445,8 +460,7 @@ class Discovery:
             return out
 
     # -- the periodic pass -------------------------------------------------
-    def poll(self, *, min_age: float | None = None, current_stack: bool = False,
-             blocking: bool = True) -> bool:
+    def poll(self, *, min_age: float | None = None, current_stack: bool = False, blocking: bool = True) -> bool:
         """Update the roots; return False when a model was still being built (try again later).
 
         ``blocking=False`` (the agent thread) skips the pass when another thread holds
@@ -620,7 +634,7 @@ def _descendants(modules: Iterable[Any]) -> set[int]:
     return out
 
 
-def _built_inside(module: Any, building: "_IdentitySet") -> bool:
+def _built_inside(module: Any, building: _IdentitySet) -> bool:
     """Whether a module's builder, or its builder's builder..., is still being constructed."""
     seen = 0
     origin = origin_of(module)

@@ -28,19 +28,22 @@ The stop
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
-REARM_RULE = ("Break on exploding/vanishing gradients stops again once a step has run within the "
-              "thresholds and a later step crosses one.")
+REARM_RULE = (
+    "Break on exploding/vanishing gradients stops again once a step has run within the "
+    "thresholds and a later step crosses one."
+)
 """When a gradient-health stop fires again (the ``rearm`` field of its hits)."""
 
 
 @dataclass
 class GradientHealth:
     """The thresholds (None: that switch is off)."""
+
     exploding: float | None = None
     vanishing: float | None = None
 
@@ -52,6 +55,7 @@ class GradientHealth:
 @dataclass
 class Finding:
     """A threshold crossed: where, and how it reads in the stop reason."""
+
     param: str
     """Qualified parameter name (``blocks.2.mlp.0.weight``)."""
     layer: str
@@ -63,6 +67,7 @@ class Finding:
 @dataclass
 class _Layout:
     """Per-parameter segment lengths of the flattened gradients and each parameter's layer index."""
+
     names: list[str]
     lengths: torch.Tensor
     layer_of: torch.Tensor
@@ -76,9 +81,15 @@ class HealthCheck:
         self._layout: _Layout | None = None
         self._key: tuple = ()
 
-    def check(self, flat: Sequence[torch.Tensor], flat_names: list[str], norm: Sequence[torch.Tensor],
-              norm_names: list[str], root_grads: Sequence[torch.Tensor],
-              health: GradientHealth) -> tuple[bool, Finding | None]:
+    def check(
+        self,
+        flat: Sequence[torch.Tensor],
+        flat_names: list[str],
+        norm: Sequence[torch.Tensor],
+        norm_names: list[str],
+        root_grads: Sequence[torch.Tensor],
+        health: GradientHealth,
+    ) -> tuple[bool, Finding | None]:
         """(all finite, the threshold crossed if any): one transfer from the device.
 
         The small gradients' norms are summed per parameter only when needed: for the vanishing
@@ -92,8 +103,9 @@ class HealthCheck:
         summary = []
         if health.vanishing is not None:
             per_param = self._per_param(buffer, large, layout)
-            per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype,
-                                    device=device).index_add_(0, layout.layer_of, per_param)
+            per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype, device=device).index_add_(
+                0, layout.layer_of, per_param
+            )
             summary += [per_param.sum().reshape(1), per_param.max().reshape(1), per_layer.min().reshape(1)]
         else:  # the small ones' joint squared norm, the large ones' largest
             small = buffer.square().sum().reshape(1) if buffer is not None else torch.zeros(1, device=device)
@@ -106,17 +118,17 @@ class HealthCheck:
         if not math.isfinite(total + sum(root)):
             return False, None
         exploding, vanishing = health.exploding, health.vanishing
-        if exploding is not None and largest > exploding ** 2:
+        if exploding is not None and largest > exploding**2:
             if per_param is None:  # the bound is crossed: each parameter's own norm decides
                 per_param = self._per_param(buffer, large, layout)
-            if float(per_param.max()) > exploding ** 2:
+            if float(per_param.max()) > exploding**2:
                 return True, self._exploding(per_param, layout, exploding)
-        if vanishing is not None and per_param is not None and per_layer is not None and smallest < vanishing ** 2:
+        if vanishing is not None and per_param is not None and per_layer is not None and smallest < vanishing**2:
             return True, self._vanishing(per_param, per_layer, layout, vanishing)
         return True, None
 
     @staticmethod
-    def _per_param(buffer: torch.Tensor | None, large: torch.Tensor | None, layout: "_Layout") -> torch.Tensor:
+    def _per_param(buffer: torch.Tensor | None, large: torch.Tensor | None, layout: _Layout) -> torch.Tensor:
         """Each parameter's squared gradient norm, in ``layout.names`` order."""
         parts = []
         if buffer is not None:
@@ -125,16 +137,21 @@ class HealthCheck:
             parts.append(large)
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
-    def _layout_for(self, flat: Sequence[torch.Tensor], flat_names: list[str], norm: Sequence[torch.Tensor],
-                    norm_names: list[str]) -> _Layout:
+    def _layout_for(
+        self, flat: Sequence[torch.Tensor], flat_names: list[str], norm: Sequence[torch.Tensor], norm_names: list[str]
+    ) -> _Layout:
         key = (id(flat_names), id(norm_names), len(flat), len(norm))
         if self._layout is None or key != self._key:
             names = list(flat_names) + list(norm_names)
             layers: dict[str, int] = {}
             layer_of = [layers.setdefault(name.rpartition(".")[0], len(layers)) for name in names]
             device = flat[0].device if flat else norm[0].device if norm else torch.device("cpu")
-            self._layout = _Layout(names, torch.tensor([t.numel() for t in flat], dtype=torch.long, device=device),
-                                   torch.tensor(layer_of, dtype=torch.long, device=device), list(layers))
+            self._layout = _Layout(
+                names,
+                torch.tensor([t.numel() for t in flat], dtype=torch.long, device=device),
+                torch.tensor(layer_of, dtype=torch.long, device=device),
+                list(layers),
+            )
             self._key = key
         return self._layout
 
@@ -144,11 +161,16 @@ class HealthCheck:
         above = sum(n > threshold for n in norms)
         name = layout.names[worst]
         others = f" ({above - 1} more above)" if above > 1 else ""
-        return Finding(name, name.rpartition(".")[0], "exploding",
-                       f"Exploding gradient: {name} gradient norm {norms[worst]:.4g} > {threshold:g}{others}")
+        return Finding(
+            name,
+            name.rpartition(".")[0],
+            "exploding",
+            f"Exploding gradient: {name} gradient norm {norms[worst]:.4g} > {threshold:g}{others}",
+        )
 
-    def _vanishing(self, per_param: torch.Tensor, per_layer: torch.Tensor, layout: _Layout,
-                   threshold: float) -> Finding:
+    def _vanishing(
+        self, per_param: torch.Tensor, per_layer: torch.Tensor, layout: _Layout, threshold: float
+    ) -> Finding:
         layer_norms = per_layer.double().sqrt().tolist()
         weakest = min(range(len(layer_norms)), key=layer_norms.__getitem__)
         below = sum(n < threshold for n in layer_norms)
@@ -157,6 +179,10 @@ class HealthCheck:
         param = layout.names[min(owned, key=norms.__getitem__)]
         layer = layout.layers[weakest]
         others = f" ({below - 1} more layers below)" if below > 1 else ""
-        return Finding(param, layer, "vanishing",
-                       f"Vanishing gradient: layer {layer or 'the model'} gradient norm {layer_norms[weakest]:.4g} "
-                       f"< {threshold:g} (smallest: {param}){others}")
+        return Finding(
+            param,
+            layer,
+            "vanishing",
+            f"Vanishing gradient: layer {layer or 'the model'} gradient norm {layer_norms[weakest]:.4g} "
+            f"< {threshold:g} (smallest: {param}){others}",
+        )

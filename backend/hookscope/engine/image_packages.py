@@ -26,8 +26,12 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "slice": _BOTH,
 }
 NAMES = {
-    "featureMap": "Feature maps", "histogram": "Histograms", "tensor": "Tensor images",
-    "attention": "Attention maps", "gradCam": "Grad-CAM images", "gradientFlow": "Gradient-flow charts",
+    "featureMap": "Feature maps",
+    "histogram": "Histograms",
+    "tensor": "Tensor images",
+    "attention": "Attention maps",
+    "gradCam": "Grad-CAM images",
+    "gradientFlow": "Gradient-flow charts",
     "slice": "Slice images",
 }
 
@@ -40,9 +44,11 @@ def missing(view: str) -> list[str]:
 def message(view: str, absent: list[str]) -> str:
     """What the panel says instead of the picture: which picture, which packages, which interpreter."""
     python = sys.executable or "this interpreter"
-    return (f"{NAMES.get(view, 'Images')} need {' and '.join(absent)}, which {python} does not have "
-            f"(install with: {python} -m pip install {' '.join(absent)}); "
-            "summaries and breakpoints work without them.")
+    return (
+        f"{NAMES.get(view, 'Images')} need {' and '.join(absent)}, which {python} does not have "
+        f"(install with: {python} -m pip install {' '.join(absent)}); "
+        "summaries and breakpoints work without them."
+    )
 
 
 def require(view: str) -> None:

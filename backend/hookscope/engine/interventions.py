@@ -39,9 +39,20 @@ KINDS = ("zero_channels", "scale", "mean_ablate", "input_noise")
 """Kept equal to ``protocol.INTERVENTIONS`` (a test checks)."""
 
 _CHANNELS_FIRST_3D = (
-    nn.Conv1d, nn.ConvTranspose1d, nn.BatchNorm1d, nn.InstanceNorm1d, nn.MaxPool1d, nn.AvgPool1d,
-    nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d, nn.LPPool1d, nn.ConstantPad1d, nn.ReflectionPad1d,
-    nn.ReplicationPad1d, nn.Upsample, nn.Dropout1d,
+    nn.Conv1d,
+    nn.ConvTranspose1d,
+    nn.BatchNorm1d,
+    nn.InstanceNorm1d,
+    nn.MaxPool1d,
+    nn.AvgPool1d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveMaxPool1d,
+    nn.LPPool1d,
+    nn.ConstantPad1d,
+    nn.ReflectionPad1d,
+    nn.ReplicationPad1d,
+    nn.Upsample,
+    nn.Dropout1d,
 )
 """Modules whose 3-D outputs are (N, C, L): their channel dim is 1, not the last."""
 
@@ -93,8 +104,17 @@ class Interventions:
         self._active: dict[str, _Active] = {}
         self._ids = itertools.count(1)
 
-    def add(self, model_id: str, module: nn.Module, layer_name: str, kind: str,
-            channels: Sequence[int] | None = None, value: float | None = None, *, dim: int | None = None) -> str:
+    def add(
+        self,
+        model_id: str,
+        module: nn.Module,
+        layer_name: str,
+        kind: str,
+        channels: Sequence[int] | None = None,
+        value: float | None = None,
+        *,
+        dim: int | None = None,
+    ) -> str:
         """Start an intervention on ``module`` (the layer named ``layer_name``); returns its id.
 
         ``dim`` overrides the channel dim that ``zero_channels`` and
@@ -120,8 +140,16 @@ class Interventions:
             if kind == "input_noise" and not val >= 0:
                 raise ValueError(f"input_noise std must be >= 0, got {val}")
         with self._lock:
-            iv = _Active(id=f"iv{next(self._ids)}", model=model_id, layer=layer_name, kind=kind,
-                         module=module, channels=chans, value=val, dim=dim)
+            iv = _Active(
+                id=f"iv{next(self._ids)}",
+                model=model_id,
+                layer=layer_name,
+                kind=kind,
+                module=module,
+                channels=chans,
+                value=val,
+                dim=dim,
+            )
             iv.handle = _install(iv)
             self._active[iv.id] = iv
         return iv.id
@@ -154,8 +182,11 @@ class Interventions:
     def active_for(self, layer: str, model_id: str | None = None) -> list[dict[str, Any]]:
         """The interventions acting on ``layer`` (optionally only on model ``model_id``)."""
         with self._lock:
-            return [iv.describe() for iv in self._active.values()
-                    if iv.layer == layer and (model_id is None or iv.model == model_id)]
+            return [
+                iv.describe()
+                for iv in self._active.values()
+                if iv.layer == layer and (model_id is None or iv.model == model_id)
+            ]
 
     def __len__(self) -> int:
         with self._lock:
@@ -212,6 +243,7 @@ def _edit_output(iv: _Active, module: nn.Module, args: Any, output: Any) -> Any:
         return _apply_to_first_tensor(output, lambda t: t * value)
 
     if iv.kind == "zero_channels":
+
         def zero(t: Tensor) -> Tensor:
             dim = iv.dim if iv.dim is not None else channel_dim(module, t)
             assert iv.channels is not None
@@ -220,9 +252,11 @@ def _edit_output(iv: _Active, module: nn.Module, args: Any, output: Any) -> Any:
                 raise IndexError(f"channel {iv.channels[-1]} out of range: {iv.layer} has {size} channels")
             index = torch.tensor(iv.channels, device=t.device, dtype=torch.long)
             return t.index_fill(dim, index, 0)  # out of place: exactly 0 even where t was NaN
+
         return _apply_to_first_tensor(output, zero)
 
     if iv.kind == "mean_ablate":
+
         def ablate(t: Tensor) -> Tensor:
             if t.dim() <= 1:
                 return t.mean().expand_as(t).contiguous()
@@ -230,6 +264,7 @@ def _edit_output(iv: _Active, module: nn.Module, args: Any, output: Any) -> Any:
             dims = tuple(d for d in range(t.dim()) if d != dim % t.dim())
             # contiguous(): an expanded view would break a following in-place op (ReLU(inplace=True)).
             return t.mean(dim=dims, keepdim=True).expand_as(t).contiguous()
+
         return _apply_to_first_tensor(output, ablate)
 
     raise AssertionError(iv.kind)
@@ -251,12 +286,21 @@ def _noise_inputs(iv: _Active, module: nn.Module, args: tuple[Any, ...]) -> tupl
 
 # -------------------------------------------- removing heads of nn.MultiheadAttention
 
-_MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
-             "average_attn_weights", "is_causal")
+_MHA_ARGS = (
+    "query",
+    "key",
+    "value",
+    "key_padding_mask",
+    "need_weights",
+    "attn_mask",
+    "average_attn_weights",
+    "is_causal",
+)
 
 
-def _zero_heads(iv: _Active, module: nn.MultiheadAttention, args: tuple[Any, ...],
-                kwargs: dict[str, Any], output: Any) -> Any:
+def _zero_heads(
+    iv: _Active, module: nn.MultiheadAttention, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+) -> Any:
     """Recompute the attention with the chosen heads' slice of the output projection zeroed.
 
     The attention output is ``concat(head_0..head_H) @ W_o^T + b``; zeroing
@@ -268,7 +312,7 @@ def _zero_heads(iv: _Active, module: nn.MultiheadAttention, args: tuple[Any, ...
     head_dim = module.embed_dim // module.num_heads
     keep = torch.ones(module.embed_dim, device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
     for h in iv.channels:
-        keep[h * head_dim:(h + 1) * head_dim] = 0
+        keep[h * head_dim : (h + 1) * head_dim] = 0
     out_weight = module.out_proj.weight * keep  # new tensor; the parameter is untouched
     attn = _mha_forward(module, call, out_weight)
     if isinstance(output, tuple):
@@ -281,29 +325,67 @@ def _mha_forward(m: nn.MultiheadAttention, call: dict[str, Any], out_weight: Ten
     query, key, value = call["query"], call["key"], call["value"]
     is_batched = query.dim() == 3
     key_padding_mask = F._canonical_mask(
-        mask=call.get("key_padding_mask"), mask_name="key_padding_mask",
-        other_type=F._none_or_dtype(call.get("attn_mask")), other_name="attn_mask", target_type=query.dtype,
+        mask=call.get("key_padding_mask"),
+        mask_name="key_padding_mask",
+        other_type=F._none_or_dtype(call.get("attn_mask")),
+        other_name="attn_mask",
+        target_type=query.dtype,
     )
     attn_mask = F._canonical_mask(
-        mask=call.get("attn_mask"), mask_name="attn_mask", other_type=None, other_name="",
-        target_type=query.dtype, check_other=False,
+        mask=call.get("attn_mask"),
+        mask_name="attn_mask",
+        other_type=None,
+        other_name="",
+        target_type=query.dtype,
+        check_other=False,
     )
     if m.batch_first and is_batched:
         query, key, value = (x.transpose(1, 0) for x in (query, key, value))
     common = dict(
-        training=m.training, key_padding_mask=key_padding_mask, need_weights=False, attn_mask=attn_mask,
-        average_attn_weights=True, is_causal=bool(call.get("is_causal", False)),
+        training=m.training,
+        key_padding_mask=key_padding_mask,
+        need_weights=False,
+        attn_mask=attn_mask,
+        average_attn_weights=True,
+        is_causal=bool(call.get("is_causal", False)),
     )
     if not m._qkv_same_embed_dim:
         out, _ = F.multi_head_attention_forward(
-            query, key, value, m.embed_dim, m.num_heads, m.in_proj_weight, m.in_proj_bias, m.bias_k, m.bias_v,
-            m.add_zero_attn, m.dropout, out_weight, m.out_proj.bias, use_separate_proj_weight=True,
-            q_proj_weight=m.q_proj_weight, k_proj_weight=m.k_proj_weight, v_proj_weight=m.v_proj_weight, **common,
+            query,
+            key,
+            value,
+            m.embed_dim,
+            m.num_heads,
+            m.in_proj_weight,
+            m.in_proj_bias,
+            m.bias_k,
+            m.bias_v,
+            m.add_zero_attn,
+            m.dropout,
+            out_weight,
+            m.out_proj.bias,
+            use_separate_proj_weight=True,
+            q_proj_weight=m.q_proj_weight,
+            k_proj_weight=m.k_proj_weight,
+            v_proj_weight=m.v_proj_weight,
+            **common,
         )
     else:
         out, _ = F.multi_head_attention_forward(
-            query, key, value, m.embed_dim, m.num_heads, m.in_proj_weight, m.in_proj_bias, m.bias_k, m.bias_v,
-            m.add_zero_attn, m.dropout, out_weight, m.out_proj.bias, **common,
+            query,
+            key,
+            value,
+            m.embed_dim,
+            m.num_heads,
+            m.in_proj_weight,
+            m.in_proj_bias,
+            m.bias_k,
+            m.bias_v,
+            m.add_zero_attn,
+            m.dropout,
+            out_weight,
+            m.out_proj.bias,
+            **common,
         )
     if m.batch_first and is_batched:
         return out.transpose(1, 0)

@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from hookscope import PACKAGE_DIR
-from hookscope.hooks.conditions import describe_counts, nonfinite_counts
 from hookscope.debugger.stop_location import Location, is_internal
+from hookscope.hooks.conditions import describe_counts, nonfinite_counts
 from hookscope.hooks.summaries import all_finite, tensors_in
 
 _LIBRARY_DIRS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
@@ -51,6 +52,7 @@ class SourceFrame:
 @dataclass
 class OpSite:
     """Where a torch op ran: its name and the user's stack at the call."""
+
     op: str
     stack: list[SourceFrame]
     location: Location | None
@@ -65,6 +67,7 @@ class OpSite:
 @dataclass(repr=False)
 class OpOrigin:
     """The birth of the first non-finite value, at op level (``repr``: one line, for the Variables view)."""
+
     site: OpSite
     phase: str
     """"forward" or "backward"."""
@@ -81,12 +84,13 @@ class OpOrigin:
     def describe(self) -> str:
         counts = describe_counts(self.counts)
         if self.tensor_name is not None:
-            return (f"{self.tensor_name}: {counts} — non-finite before this forward (written by the "
-                    f"optimizer or outside autograd); first used by {self.site.op} at {self.site.where}")
+            return (
+                f"{self.tensor_name}: {counts} — non-finite before this forward (written by the "
+                f"optimizer or outside autograd); first used by {self.site.op} at {self.site.where}"
+            )
         if self.phase == "backward":
             which = f" (gradient of input {self.input_index})" if self.input_index is not None else ""
-            return (f"{self.node}{which} → {counts}; its forward op {self.site.op} ran at "
-                    f"{self.site.where}")
+            return f"{self.node}{which} → {counts}; its forward op {self.site.op} ran at {self.site.where}"
         return f"{self.site.op} → {counts}, {self.dtype} {self.shape}, at {self.site.where}"
 
     def __repr__(self) -> str:
@@ -95,8 +99,11 @@ class OpOrigin:
     def as_fields(self) -> dict[str, Any]:
         """Structured fields for the hit message and ``hookscope run --json``."""
         own = next((f for f in self.site.stack if not f.library), None)
-        fields: dict[str, Any] = {"op": self.site.op, "phase": self.phase,
-                                  "stack": [f"{f.file}:{f.line} {f.function}" for f in self.site.stack]}
+        fields: dict[str, Any] = {
+            "op": self.site.op,
+            "phase": self.phase,
+            "stack": [f"{f.file}:{f.line} {f.function}" for f in self.site.stack],
+        }
         if own is not None:
             fields.update(file=own.file, line=own.line, function=own.function)
         if self.node is not None:
@@ -130,9 +137,14 @@ def user_site(op: str, skip: int = 1) -> OpSite:
         file = frame.f_code.co_filename
         if not is_internal(file):
             library = any(part in file for part in _LIBRARY_DIRS)
-            stack.append(SourceFrame(file, frame.f_lineno or frame.f_code.co_firstlineno,
-                                     frame.f_code.co_qualname if sys.version_info >= (3, 11)
-                                     else frame.f_code.co_name, library))
+            stack.append(
+                SourceFrame(
+                    file,
+                    frame.f_lineno or frame.f_code.co_firstlineno,
+                    frame.f_code.co_qualname if sys.version_info >= (3, 11) else frame.f_code.co_name,
+                    library,
+                )
+            )
             if location is None and not library:
                 location = Location(file, stack[-1].line, frame.f_globals)
                 frame_locals = dict(frame.f_locals)  # references, not copies: the replay's values
@@ -233,11 +245,17 @@ class NodeWatch:
                 return  # it came in bad: born further down the graph
             for index, grad in enumerate(grad_inputs):
                 if grad is not None and grad.is_floating_point() and not all_finite([grad]):
-                    self.found = OpOrigin(self._sites[node], "backward", nonfinite_counts([grad]),
-                                          str(grad.dtype).replace("torch.", ""), list(grad.shape),
-                                          node=type(node).__name__ if not hasattr(node, "name")
-                                          else node.name(), input_index=index)
+                    self.found = OpOrigin(
+                        self._sites[node],
+                        "backward",
+                        nonfinite_counts([grad]),
+                        str(grad.dtype).replace("torch.", ""),
+                        list(grad.shape),
+                        node=type(node).__name__ if not hasattr(node, "name") else node.name(),
+                        input_index=index,
+                    )
                     return
+
         return hook
 
 

@@ -89,23 +89,31 @@ import logging
 import math
 import sys
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from hookscope.hooks.conditions import (ORIGIN_BORN, ORIGIN_INPUTS, ORIGIN_LOSS, REPLAY, HookEvent,
-                                  describe_counts, nonfinite_counts)
+from hookscope.debugger.stop import BreakpointHit
+from hookscope.debugger.stop_location import module_calls
 from hookscope.engine.grad_health import Finding, GradientHealth, HealthCheck
+from hookscope.engine.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
+from hookscope.hooks.conditions import (
+    ORIGIN_BORN,
+    ORIGIN_INPUTS,
+    ORIGIN_LOSS,
+    REPLAY,
+    HookEvent,
+    describe_counts,
+    nonfinite_counts,
+)
 from hookscope.hooks.leaf_hooks import hook_gradient
 from hookscope.hooks.module_tensors import STRUCTURE, ModuleTensors, flattens
-from hookscope.engine.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
 from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
-from hookscope.debugger.stop_location import module_calls
-from hookscope.debugger.stop import BreakpointHit
 from hookscope.hooks.summaries import all_finite, tensors_in
 
 log = logging.getLogger("hookscope")
@@ -113,8 +121,10 @@ log = logging.getLogger("hookscope")
 FireFn = Callable[[HookEvent, str, "str | None"], None]
 NoticeFn = Callable[[str, str, str], None]
 
-REARM_RULE = ("Break on NaN/Inf stops again at the next step with a new NaN/Inf; while the model's "
-              "parameters hold NaN/Inf it stays quiet until a step runs clean.")
+REARM_RULE = (
+    "Break on NaN/Inf stops again at the next step with a new NaN/Inf; while the model's "
+    "parameters hold NaN/Inf it stays quiet until a step runs clean."
+)
 """When break on NaN/Inf fires again after a stop (the ``rearm`` field of its hits)."""
 
 MAX_NAMED = 3
@@ -133,7 +143,9 @@ def _grads_finite(flat: list[torch.Tensor], norm: list[torch.Tensor], half: bool
     if not flat and not norm:
         return True
     try:
-        parts = list(torch._foreach_norm(norm, dtype=torch.float32) if half else torch._foreach_norm(norm)) if norm else []
+        parts = (
+            list(torch._foreach_norm(norm, dtype=torch.float32) if half else torch._foreach_norm(norm)) if norm else []
+        )
         if flat:
             parts.append(torch._C._nn.flatten_dense_tensors(flat).sum(dtype=torch.float32))
         total = parts[0] if len(parts) == 1 else torch.stack(parts).sum()
@@ -147,6 +159,7 @@ def _grads_finite(flat: list[torch.Tensor], norm: list[torch.Tensor], half: bool
 @dataclass
 class Checks:
     """What the sentinels check, shared by every sentinel of a ``NonFiniteWatch``."""
+
     nonfinite: bool = True
     """Break on NaN/Inf (off while only the gradient-health switches are on)."""
     health: GradientHealth = field(default_factory=GradientHealth)
@@ -172,9 +185,16 @@ class RootSentinel:
     program calls directly (``prefix`` is then the child's name in the root, ``parent`` the
     root's sentinel, which covers the child while the root's own forward runs)."""
 
-    def __init__(self, model_id: str, root: nn.Module, fire: FireFn, notice: NoticeFn,
-                 step_of: Callable[[str], int], prefix: str = "",
-                 parent: "RootSentinel | None" = None) -> None:
+    def __init__(
+        self,
+        model_id: str,
+        root: nn.Module,
+        fire: FireFn,
+        notice: NoticeFn,
+        step_of: Callable[[str], int],
+        prefix: str = "",
+        parent: RootSentinel | None = None,
+    ) -> None:
         self.model_id = model_id
         self.prefix = prefix
         self.parent = parent
@@ -233,12 +253,13 @@ class RootSentinel:
     def install(self) -> None:
         self.active = True
         STRUCTURE.acquire()
-        self.handles = [self.root.register_forward_pre_hook(self._pre, with_kwargs=True),
-                        self.root.register_forward_hook(self._post, with_kwargs=True)]
+        self.handles = [
+            self.root.register_forward_pre_hook(self._pre, with_kwargs=True),
+            self.root.register_forward_hook(self._post, with_kwargs=True),
+        ]
         starting = _starting_call(self.root)
         if starting is not None:
             self._pre(self.root, *starting)
-
 
     def remove(self) -> int:
         if self.active:
@@ -262,8 +283,12 @@ class RootSentinel:
     # -- steady state --------------------------------------------------------
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> None:
-        if (not self.active or REPLAY.depth or kwargs is CALLED_WITHOUT_KWARGS  # removed_hooks
-                or (self.parent is not None and self.parent._call_open)):
+        if (
+            not self.active
+            or REPLAY.depth
+            or kwargs is CALLED_WITHOUT_KWARGS  # removed_hooks
+            or (self.parent is not None and self.parent._call_open)
+        ):
             return
         try:
             self._forwards += 1
@@ -298,8 +323,9 @@ class RootSentinel:
         self._buffer_ids = ids
         self._buffer_snapshot = [b.detach().clone() for b in buffers]
 
-    def _post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any],
-              output: Any = CALLED_WITHOUT_KWARGS) -> None:
+    def _post(
+        self, module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any = CALLED_WITHOUT_KWARGS
+    ) -> None:
         if not self.active or REPLAY.depth or not self._call_open or output is CALLED_WITHOUT_KWARGS:
             return
         self._call_open = False
@@ -307,9 +333,16 @@ class RootSentinel:
             outs = [output] if isinstance(output, torch.Tensor) else tensors_in(output)  # the usual case: no call
             # The one sync of the forward. A single fp32 output is summed here (all_finite's
             # shortcut, one traced frame less); a non-finite sum is confirmed by all_finite.
-            if self.checks.nonfinite and not (
-                    len(outs) == 1 and outs[0].dtype is torch.float32 and outs[0].layout is torch.strided
-                    and math.isfinite(outs[0].detach().sum().item())) and not all_finite(outs):
+            if (
+                self.checks.nonfinite
+                and not (
+                    len(outs) == 1
+                    and outs[0].dtype is torch.float32
+                    and outs[0].layout is torch.strided
+                    and math.isfinite(outs[0].detach().sum().item())
+                )
+                and not all_finite(outs)
+            ):
                 if self._may_report():
                     self._reported_at = self._forwards
                     self._investigate_forward(output)
@@ -396,8 +429,14 @@ class RootSentinel:
         finite, finding = self._health.check(flat, flat_names, norm, norm_names, root_grads, self.checks.health)
         if not finite and all_finite(list(flat) + list(norm) + root_grads):
             # a square overflowed: finite values, so large that they explode any threshold
-            finite, finding = self._health.check(flat, flat_names, norm, norm_names, (), GradientHealth(
-                exploding=self.checks.health.exploding, vanishing=None))
+            finite, finding = self._health.check(
+                flat,
+                flat_names,
+                norm,
+                norm_names,
+                (),
+                GradientHealth(exploding=self.checks.health.exploding, vanishing=None),
+            )
             finite = True
         return finite, finding
 
@@ -413,11 +452,22 @@ class RootSentinel:
         module = root.get_submodule(finding.layer) if finding.layer else root
         pname = finding.param.rpartition(".")[2]
         param = getattr(module, pname, None)
-        self._fire(HookEvent(self.model_id, self._qualified(finding.layer), module, "param_grad", param_name=pname,
-                             grad=None if param is None else param.grad, step=self._step_of(self.model_id),
-                             extra={"param": param, "gradient_health": finding.kind}),
-                   finding.reason if not self.prefix else finding.reason.replace(
-                       finding.param, self._qualified(finding.param)), None)
+        self._fire(
+            HookEvent(
+                self.model_id,
+                self._qualified(finding.layer),
+                module,
+                "param_grad",
+                param_name=pname,
+                grad=None if param is None else param.grad,
+                step=self._step_of(self.model_id),
+                extra={"param": param, "gradient_health": finding.kind},
+            ),
+            finding.reason
+            if not self.prefix
+            else finding.reason.replace(finding.param, self._qualified(finding.param)),
+            None,
+        )
 
     # -- when to report again (REARM_RULE) ----------------------------------
 
@@ -433,9 +483,13 @@ class RootSentinel:
             return True
         if not self._quiet_told:
             self._quiet_told = True
-            self._notice("info", f"Break on NaN/Inf is quiet on model {self.model_id} from step "
-                         f"{self._step_of(self.model_id)}: {self._nonfinite_weights()} hold NaN/Inf now, so "
-                         "every step is bad; it stops again after a step runs clean.", "nonfiniteQuiet")
+            self._notice(
+                "info",
+                f"Break on NaN/Inf is quiet on model {self.model_id} from step "
+                f"{self._step_of(self.model_id)}: {self._nonfinite_weights()} hold NaN/Inf now, so "
+                "every step is bad; it stops again after a step runs clean.",
+                "nonfiniteQuiet",
+            )
         return False
 
     def _rearm(self) -> None:
@@ -443,8 +497,12 @@ class RootSentinel:
         self._reported_at = None
         if self._quiet_told:
             self._quiet_told = False
-            self._notice("info", f"Break on NaN/Inf is armed again on model {self.model_id}: step "
-                         f"{self._step_of(self.model_id)} ran clean.", "nonfiniteRearmed")
+            self._notice(
+                "info",
+                f"Break on NaN/Inf is armed again on model {self.model_id}: step "
+                f"{self._step_of(self.model_id)} ran clean.",
+                "nonfiniteRearmed",
+            )
 
     def _nonfinite_weights(self) -> str:
         """'fc1.weight, fc1.bias and 4 more' (the rare quiet notice: one check per tensor is fine)."""
@@ -461,10 +519,13 @@ class RootSentinel:
         if root_grads and not all_finite(root_grads):
             step = self._step_of(self.model_id)
             counts = describe_counts(nonfinite_counts(root_grads))
-            self._fire(HookEvent(self.model_id, self._qualified(""), self.root, "backward",
-                                 grad_output=tuple(root_grads), step=step),
-                       f"NaN/Inf in the gradient reaching the model output ({counts}): it came in from the loss",
-                       ORIGIN_LOSS)
+            self._fire(
+                HookEvent(
+                    self.model_id, self._qualified(""), self.root, "backward", grad_output=tuple(root_grads), step=step
+                ),
+                f"NaN/Inf in the gradient reaching the model output ({counts}): it came in from the loss",
+                ORIGIN_LOSS,
+            )
         elif replay and root_grads:
             self._investigate_backward()
         else:
@@ -515,9 +576,11 @@ class RootSentinel:
             if any(s is not self and s._reported_at is not None for s in self.family):
                 return  # the value came from a sub-model of this model that already stopped on it
             counts = describe_counts(nonfinite_counts(inputs))
-            self._fire(HookEvent(self.model_id, self._qualified(""), self.root, "forward_pre",
-                                 inputs=self._args, step=step),
-                       f"NaN/Inf came in through the inputs of the model ({counts})", ORIGIN_INPUTS)
+            self._fire(
+                HookEvent(self.model_id, self._qualified(""), self.root, "forward_pre", inputs=self._args, step=step),
+                f"NaN/Inf came in through the inputs of the model ({counts})",
+                ORIGIN_INPUTS,
+            )
             return
         probe = _ForwardProbe(self._named())
         ops = OpTracer(self._named_tensors())
@@ -531,11 +594,21 @@ class RootSentinel:
         found = probe.found
         if found is None:
             outs = tensors_in(output)
-            self._fire(HookEvent(self.model_id, self._qualified(""), self.root, "forward", inputs=self._args,
-                                 output=output, step=step),
-                       f"NaN/Inf in the model output ({describe_counts(nonfinite_counts(outs))}); "
-                       "the replay of the step did not reproduce it (nondeterministic op or state "
-                       "outside the model)", None)
+            self._fire(
+                HookEvent(
+                    self.model_id,
+                    self._qualified(""),
+                    self.root,
+                    "forward",
+                    inputs=self._args,
+                    output=output,
+                    step=step,
+                ),
+                f"NaN/Inf in the model output ({describe_counts(nonfinite_counts(outs))}); "
+                "the replay of the step did not reproduce it (nondeterministic op or state "
+                "outside the model)",
+                None,
+            )
             return
         found.event.step = step
         self._fire_found(found.at_op(ops.found, self._clean_before))
@@ -572,35 +645,51 @@ class RootSentinel:
         probe.found.event.step = step
         self._fire_found(probe.found.at_op(nodes.found, self._clean_before))
 
-    def _fire_found(self, found: "_Found") -> None:
+    def _fire_found(self, found: _Found) -> None:
         # The probe recorded the culprit while the replay ran; the stop happens here, after
         # the replay, so the replay never runs with the debugger holding it half-way.
         self._fire(found.event, found.reason, found.origin)
 
     def _report_param_grads(self, why: str) -> None:
-        bad = [(name, p) for name, p in self.root.named_parameters()
-               if p.grad is not None and not all_finite([p.grad])]
+        bad = [(name, p) for name, p in self.root.named_parameters() if p.grad is not None and not all_finite([p.grad])]
         step = self._step_of(self.model_id)
         if not bad:
             root_grads = [g for g in self._root_grads if g is not None]
-            self._fire(HookEvent(self.model_id, self._qualified(""), self.root, "backward",
-                                 grad_output=tuple(root_grads), step=step), "NaN/Inf in the gradient reaching the model output: "
-                       "it came in from the loss", ORIGIN_LOSS)
+            self._fire(
+                HookEvent(
+                    self.model_id, self._qualified(""), self.root, "backward", grad_output=tuple(root_grads), step=step
+                ),
+                "NaN/Inf in the gradient reaching the model output: it came in from the loss",
+                ORIGIN_LOSS,
+            )
             return
         # Backward runs last layer first: the last parameter registered is the closest guess.
         name, param = bad[-1]
         layer = name.rpartition(".")[0]
         module = self.root.get_submodule(layer) if layer else self.root
         names = ", ".join(self._qualified(n) for n, _ in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        self._fire(HookEvent(self.model_id, self._qualified(layer), module, "param_grad",
-                             param_name=name.rpartition(".")[2],
-                             grad=param.grad, step=step, extra={"param": param}),
-                   f"NaN/Inf in the gradients of {names} ({why})", None)
+        self._fire(
+            HookEvent(
+                self.model_id,
+                self._qualified(layer),
+                module,
+                "param_grad",
+                param_name=name.rpartition(".")[2],
+                grad=param.grad,
+                step=step,
+                extra={"param": param},
+            ),
+            f"NaN/Inf in the gradients of {names} ({why})",
+            None,
+        )
 
     def _error(self, what: str, exc: Exception) -> None:
         log.debug("hookscope: nonfinite %s failed", what, exc_info=True)
-        self._notice("warning", f"break on NaN/Inf: {what} failed on model {self.model_id}: "
-                     f"{type(exc).__name__}: {exc}"[:500], "nonfiniteError")
+        self._notice(
+            "warning",
+            f"break on NaN/Inf: {what} failed on model {self.model_id}: {type(exc).__name__}: {exc}"[:500],
+            "nonfiniteError",
+        )
 
 
 def _starting_call(root: nn.Module) -> tuple[tuple, dict[str, Any]] | None:
@@ -624,20 +713,21 @@ def _running(module: nn.Module) -> bool:
     return any(m is module for m, _ in module_calls(sys._getframe(1)))
 
 
-
 class _Found:
     __slots__ = ("event", "reason", "origin")
 
     def __init__(self, event: HookEvent, reason: str, origin: str | None) -> None:
         self.event, self.reason, self.origin = event, reason, origin
 
-    def at_op(self, op: OpOrigin | None, clean_before: bool) -> "_Found":
+    def at_op(self, op: OpOrigin | None, clean_before: bool) -> _Found:
         """The layer-level finding with the op and line the replay's tracer saw (when it saw one)."""
         if op is not None:
             self.reason += f". {op.describe()}"
             if op.tensor_name is not None and clean_before:
-                self.reason += ("; the step before was clean, so it was written since "
-                                "(by the optimizer step, or code outside autograd)")
+                self.reason += (
+                    "; the step before was clean, so it was written since "
+                    "(by the optimizer step, or code outside autograd)"
+                )
             self.event.extra["nan_origin"] = op
         return self
 
@@ -670,9 +760,13 @@ class _ForwardProbe:
                 return
             parent = self._parents.get(name, "") or "the model"
             counts = describe_counts(nonfinite_counts(tensors))
-            self.found = _Found(HookEvent("", name, module, "forward_pre", inputs=args),
-                                f"NaN/Inf first produced by code in {parent}'s forward between layers, "
-                                f"first seen in the inputs of layer {name} ({counts})", ORIGIN_INPUTS)
+            self.found = _Found(
+                HookEvent("", name, module, "forward_pre", inputs=args),
+                f"NaN/Inf first produced by code in {parent}'s forward between layers, "
+                f"first seen in the inputs of layer {name} ({counts})",
+                ORIGIN_INPUTS,
+            )
+
         return hook
 
     def _post(self, name: str) -> Callable[..., None]:
@@ -684,8 +778,12 @@ class _ForwardProbe:
                 return
             counts = describe_counts(nonfinite_counts(tensors))
             where = f"layer {name} (forward)" if name else f"{type(module).__name__}.forward (the model itself)"
-            self.found = _Found(HookEvent("", name, module, "forward", inputs=args, output=output),
-                                f"NaN/Inf first produced in {where}: {counts}", ORIGIN_BORN)
+            self.found = _Found(
+                HookEvent("", name, module, "forward", inputs=args, output=output),
+                f"NaN/Inf first produced in {where}: {counts}",
+                ORIGIN_BORN,
+            )
+
         return hook
 
 
@@ -741,6 +839,7 @@ class _BackwardProbe:
             for i, arg in enumerate(args):
                 if isinstance(arg, torch.Tensor) and arg.requires_grad:
                     self._roles_of(arg).inputs_of.append((name, module, i))
+
         return hook
 
     def _post(self, name: str) -> Callable[..., None]:
@@ -750,6 +849,7 @@ class _BackwardProbe:
             for j, tensor in enumerate(outs):
                 if tensor.requires_grad:
                     self._roles_of(tensor).outputs_of.append((name, module, j))
+
         return hook
 
     def _tensor_hook(self, roles: _TensorRoles) -> Callable[[torch.Tensor], None]:
@@ -766,33 +866,57 @@ class _BackwardProbe:
                 grad_input: list[Any] = [None] * (i + 1)
                 grad_input[i] = grad
                 self.found = _Found(
-                    HookEvent("", name, module, "backward", grad_input=tuple(grad_input),
-                              grad_output=tuple(self._out_grads.get(name, ()))),
+                    HookEvent(
+                        "",
+                        name,
+                        module,
+                        "backward",
+                        grad_input=tuple(grad_input),
+                        grad_output=tuple(self._out_grads.get(name, ())),
+                    ),
                     f"NaN/Inf first produced in layer {name or 'the model'} (backward): {counts} in the "
-                    "gradient of its input", ORIGIN_BORN)
+                    "gradient of its input",
+                    ORIGIN_BORN,
+                )
                 return
             name, module, j = max(roles.outputs_of, key=lambda r: _depth(r[0]))
             if any(not n for n, _, _ in roles.outputs_of):
                 name, module = "", next(m for n, m, _ in roles.outputs_of if not n)
-                reason, origin = f"NaN/Inf in the gradient reaching the model output ({counts}): it came in from the loss", ORIGIN_LOSS
+                reason, origin = (
+                    f"NaN/Inf in the gradient reaching the model output ({counts}): it came in from the loss",
+                    ORIGIN_LOSS,
+                )
             else:
                 parent = name.rpartition(".")[0] or "the model"
-                reason, origin = (f"NaN/Inf in the gradient reaching the output of layer {name} ({counts}): "
-                                  f"first produced by code after it in {parent}'s forward"), ORIGIN_INPUTS
-            self.found = _Found(HookEvent("", name, module, "backward",
-                                          grad_output=tuple(self._out_grads.get(name, ()))), reason, origin)
+                reason, origin = (
+                    (
+                        f"NaN/Inf in the gradient reaching the output of layer {name} ({counts}): "
+                        f"first produced by code after it in {parent}'s forward"
+                    ),
+                    ORIGIN_INPUTS,
+                )
+            self.found = _Found(
+                HookEvent("", name, module, "backward", grad_output=tuple(self._out_grads.get(name, ()))),
+                reason,
+                origin,
+            )
+
         return hook
 
-    def _param_hook(self, name: str, module: nn.Module, pname: str,
-                    param: torch.Tensor) -> Callable[[torch.Tensor], None]:
+    def _param_hook(
+        self, name: str, module: nn.Module, pname: str, param: torch.Tensor
+    ) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
             if self.found is not None or all_finite([grad]):
                 return
             counts = describe_counts(nonfinite_counts([grad]))
-            self.found = _Found(HookEvent("", name, module, "param_grad", param_name=pname, grad=grad,
-                                          extra={"param": param}),
-                                f"NaN/Inf first produced in layer {name or 'the model'} (backward): {counts} "
-                                f"in the gradient of {pname}", ORIGIN_BORN)
+            self.found = _Found(
+                HookEvent("", name, module, "param_grad", param_name=pname, grad=grad, extra={"param": param}),
+                f"NaN/Inf first produced in layer {name or 'the model'} (backward): {counts} "
+                f"in the gradient of {pname}",
+                ORIGIN_BORN,
+            )
+
         return hook
 
 
@@ -866,8 +990,11 @@ class NonFiniteWatch:
 
     @property
     def hook_count(self) -> int:
-        return (sum(len(s.handles) for s in self.sentinels.values())
-                + sum(e.hook_count for e in self._entries.values()) + (self._optimizer_handle is not None))
+        return (
+            sum(len(s.handles) for s in self.sentinels.values())
+            + sum(e.hook_count for e in self._entries.values())
+            + (self._optimizer_handle is not None)
+        )
 
     def add(self, model_id: str, root: nn.Module) -> None:
         if model_id in self.sentinels:
@@ -878,10 +1005,12 @@ class NonFiniteWatch:
         self.sentinels[model_id] = sentinel
 
         def promote(name: str, child: nn.Module) -> RootSentinel:
-            watch = RootSentinel(model_id, child, self._fire_for(model_id), self._notice, self._step_of,
-                                 prefix=name, parent=sentinel)
+            watch = RootSentinel(
+                model_id, child, self._fire_for(model_id), self._notice, self._step_of, prefix=name, parent=sentinel
+            )
             watch.install()
             return watch
+
         self._entries[model_id] = _EntryPoints(sentinel, promote)
         if self._optimizer_handle is None:
             self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_pre)
@@ -911,6 +1040,7 @@ class NonFiniteWatch:
         def fire(event: HookEvent, reason: str, origin: str | None) -> None:
             event.model = model_id
             self._fire(event, reason, origin)
+
         return fire
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -93,8 +93,11 @@ def from_kept(kept: Kept, layer: str, selector: str) -> Subject | None:
     if found is None:
         return None
     path, tensor = found
-    note = ("changed in place after the layer ran (e.g. by an in-place activation): the values shown are the "
-            "current ones") if kept.modified_in_place() else None
+    note = (
+        ("changed in place after the layer ran (e.g. by an in-place activation): the values shown are the current ones")
+        if kept.modified_in_place()
+        else None
+    )
     return Subject(tensor, layer, path, kept.step, "forward", note)
 
 

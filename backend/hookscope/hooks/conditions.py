@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from hookscope.link.protocol import CONDITIONS
 from hookscope.hooks.summaries import all_finite, tensors_in
+from hookscope.link.protocol import CONDITIONS
 
 ORIGIN_BORN = "born here"
 ORIGIN_INPUTS = "came in through inputs"
@@ -26,6 +26,7 @@ ORIGIN_LOSS = "came in from the loss"
 
 class _ReplayState:
     """Set while nonfinite.py replays a step: Hookscope's other hooks stay quiet then."""
+
     depth = 0
 
 
@@ -39,6 +40,7 @@ class ConditionError(Exception):
 @dataclass
 class HookEvent:
     """One hook call, with the locals the user will see in the stop frame."""
+
     model: str
     layer: str
     module: torch.nn.Module
@@ -56,8 +58,15 @@ class HookEvent:
     def primary(self) -> list[torch.Tensor]:
         """The tensors this phase produces: what value conditions look at."""
         phase = self.phase
-        value = (self.output if phase == "forward" else self.grad_input if phase == "backward"
-                 else self.inputs if phase == "forward_pre" else self.grad)
+        value = (
+            self.output
+            if phase == "forward"
+            else self.grad_input
+            if phase == "backward"
+            else self.inputs
+            if phase == "forward_pre"
+            else self.grad
+        )
         return tensors_in(value)
 
     def upstream(self) -> list[torch.Tensor]:
@@ -70,11 +79,15 @@ class HookEvent:
         return tensors_in(self.grad if self.phase == "param_grad" else self.grad_output)
 
     def frame_locals(self) -> dict[str, Any]:
-        names: dict[str, Any] = {"layer": self.layer, "module": self.module, "phase": self.phase,
-                                 "step": self.step, "torch": torch}
+        names: dict[str, Any] = {
+            "layer": self.layer,
+            "module": self.module,
+            "phase": self.phase,
+            "step": self.step,
+            "torch": torch,
+        }
         if self.phase == "param_grad":
-            names.update(param_name=self.param_name, grad=self.grad,
-                         param=self.extra.get("param"))
+            names.update(param_name=self.param_name, grad=self.grad, param=self.extra.get("param"))
         elif self.phase == "backward":
             names.update(grad_input=self.grad_input, grad_output=self.grad_output)
         else:
@@ -87,8 +100,10 @@ def nonfinite_counts(tensors: list[torch.Tensor]) -> tuple[int, int, int]:
     floats = [t for t in tensors if t.is_floating_point() and t.numel()]
     if not floats:
         return 0, 0, 0
-    rows = [torch.stack([torch.isnan(t).sum(), (t == float("inf")).sum(), (t == float("-inf")).sum()])
-            .to(floats[0].device) for t in floats]
+    rows = [
+        torch.stack([torch.isnan(t).sum(), (t == float("inf")).sum(), (t == float("-inf")).sum()]).to(floats[0].device)
+        for t in floats
+    ]
     nan, pos, neg = torch.stack(rows).sum(0).tolist()
     return int(nan), int(pos), int(neg)
 
@@ -105,8 +120,7 @@ def _norm(tensors: list[torch.Tensor]) -> float:
     if len(floats) == 1:  # the usual gradient: one op and the sync
         t = floats[0]
         return float(torch.linalg.vector_norm(t.detach(), dtype=torch.float32 if t.element_size() < 4 else None))
-    norms = torch._foreach_norm([t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
-                                 for t in floats])
+    norms = torch._foreach_norm([t.float() if t.dtype in (torch.float16, torch.bfloat16) else t for t in floats])
     return float(torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms])))
 
 
@@ -126,12 +140,14 @@ def _absmax_one(t: torch.Tensor) -> float:
     if t.is_cpu:  # no sync to save: two reads are cheaper than a stack
         return max(-low.item(), high.item())
     low, high = torch.stack((low, high)).tolist()  # one device-to-host transfer
-    return max(-low, high)
+    value: float = max(-low, high)
+    return value
 
 
 @dataclass
 class Condition:
     """``BreakpointSpec.condition``: {kind, threshold?, expression?}."""
+
     kind: str = "always"
     threshold: float | None = None
     expression: str | None = None
@@ -189,7 +205,7 @@ class Condition:
                     value = max(-low.item(), high.item())
                 else:
                     value = _absmax_one(one)
-                return value <= self.threshold  # a NaN abs-max is not <=: check() decides
+                return value <= self.threshold  # type: ignore[operator]  # parse() requires it for this kind; a NaN abs-max is not <=: check() decides
             if kind == "nonfinite":
                 return all_finite(tensors_in(produced) + tensors_in(received))
             if kind in ("grad_norm_below", "grad_norm_above"):
@@ -197,7 +213,8 @@ class Condition:
                 if grads is None:
                     return True
                 norm = _norm(tensors_in(grads))
-                return norm >= self.threshold if kind == "grad_norm_below" else norm <= self.threshold
+                # parse() requires a threshold for these kinds
+                return norm >= self.threshold if kind == "grad_norm_below" else norm <= self.threshold  # type: ignore[operator]
         except Exception:  # noqa: BLE001 - check() meets the same error and reports it
             return False
         return False
@@ -246,8 +263,7 @@ class Condition:
                 result = eval(self.code, {"__builtins__": builtins}, event.frame_locals())  # noqa: S307
                 holds = bool(result)
             except Exception as exc:
-                raise ConditionError(f"condition {self.expression!r} raised "
-                                     f"{type(exc).__name__}: {exc}") from exc
+                raise ConditionError(f"condition {self.expression!r} raised {type(exc).__name__}: {exc}") from exc
             return holds, f"{self.expression} is true" if holds else "", None
         return False, "", None
 
@@ -255,6 +271,7 @@ class Condition:
 @dataclass
 class HitCounter:
     """Counts the calls where the condition held; hitCount = only the Nth, every = each Nth."""
+
     hit_count: int | None = None
     every: int | None = None
     hits: int = 0

@@ -21,11 +21,20 @@ from typing import Any
 
 from torch import nn
 
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-               "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
-               "_load_state_dict_post_hooks")
-_FLAG_DICTS = {"_forward_hooks": ("_forward_hooks_with_kwargs", "_forward_hooks_always_called"),
-               "_forward_pre_hooks": ("_forward_pre_hooks_with_kwargs",)}
+_HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+_FLAG_DICTS = {
+    "_forward_hooks": ("_forward_hooks_with_kwargs", "_forward_hooks_always_called"),
+    "_forward_pre_hooks": ("_forward_pre_hooks_with_kwargs",),
+}
 
 _MARK = "_hookscope_copy_safe"
 
@@ -65,8 +74,11 @@ def without_hookscope_hooks(state: dict[str, Any]) -> dict[str, Any]:
             del state["forward"]
         else:
             state["forward"] = forward
-    if state.get("_is_full_backward_hook") and not state.get("_backward_hooks") \
-            and not state.get("_backward_pre_hooks"):
+    if (
+        state.get("_is_full_backward_hook")
+        and not state.get("_backward_hooks")
+        and not state.get("_backward_pre_hooks")
+    ):
         state["_is_full_backward_hook"] = None  # only Hookscope's full backward hooks were there
     return state
 

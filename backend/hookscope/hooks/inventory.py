@@ -42,8 +42,11 @@ MODULE_HOOKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 GLOBAL_HOOKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("_global_forward_pre_hooks", "global_forward_pre", ()),
-    ("_global_forward_hooks", "global_forward",
-     ("_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called")),
+    (
+        "_global_forward_hooks",
+        "global_forward",
+        ("_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called"),
+    ),
     ("_global_backward_pre_hooks", "global_backward_pre", ()),
     ("_global_backward_hooks", "global_backward", ()),
     ("_global_module_registration_hooks", "global_module_registration", ()),
@@ -99,7 +102,7 @@ def describe_function(fn: Any) -> dict[str, Any]:
         cls = type(obj)
         name = cls.__qualname__
         module = cls.__module__ or ""
-        func = getattr(cls, "__call__", None)
+        func = cls.__call__ if callable(obj) else None
     code = getattr(func, "__code__", None)
     file = code.co_filename if code is not None else None
     line = code.co_firstlineno if code is not None else None
@@ -165,8 +168,17 @@ class Inventory:
         now: dict[tuple[Any, ...], int] = {}
         for slot in iter_slots(models):
             info = describe_function(slot.fn)
-            hooks.append({"model": slot.model, "module": slot.module, "kind": slot.kind, "owner": info["owner"],
-                          "function": info["function"], "file": info["file"], "line": info["line"]})
+            hooks.append(
+                {
+                    "model": slot.model,
+                    "module": slot.module,
+                    "kind": slot.kind,
+                    "owner": info["owner"],
+                    "function": info["function"],
+                    "file": info["file"],
+                    "line": info["line"],
+                }
+            )
             key = (slot.model, slot.module, slot.kind, info["function"], info["file"], info["line"])
             now[key] = now.get(key, 0) + 1
         seen_models = set(models) | {GLOBAL}
@@ -184,8 +196,17 @@ class Inventory:
                 grew = sum(b > a for a, b in pairs)
                 shrank = sum(b < a for a, b in pairs)
                 if grew >= 2 and shrank == 0:
-                    leaks.append({"model": key[0], "module": key[1], "kind": key[2], "function": key[3],
-                                  "file": key[4], "line": key[5], "counts": list(hist)})
+                    leaks.append(
+                        {
+                            "model": key[0],
+                            "module": key[1],
+                            "kind": key[2],
+                            "function": key[3],
+                            "file": key[4],
+                            "line": key[5],
+                            "counts": list(hist),
+                        }
+                    )
         leaks.sort(key=lambda leak: (leak["model"], leak["module"], leak["kind"]))
         return {"hooks": hooks, "leaks": leaks}
 
@@ -215,8 +236,9 @@ def hookscope_hooks(models: Mapping[str, nn.Module], include_global: bool = True
     return [s for s in iter_slots(models, include_global) if describe_function(s.fn)["owner"] == "hookscope"]
 
 
-def remove_matching(models: Mapping[str, nn.Module], keep: Callable[[HookSlot], bool],
-                    include_global: bool = True) -> int:
+def remove_matching(
+    models: Mapping[str, nn.Module], keep: Callable[[HookSlot], bool], include_global: bool = True
+) -> int:
     """Remove every hook on ``models`` for which ``keep(slot)`` is False; returns how many."""
     removed = 0
     for slot in list(iter_slots(models, include_global)):
@@ -237,8 +259,9 @@ def next_handle_id() -> int:
     return int(RemovableHandle.next_id)
 
 
-def remove_added_since(models: Mapping[str, nn.Module], first_id: int, owner: str | None = None,
-                       include_global: bool = True) -> int:
+def remove_added_since(
+    models: Mapping[str, nn.Module], first_id: int, owner: str | None = None, include_global: bool = True
+) -> int:
     """Remove hooks on ``models`` registered since ``first_id`` (optionally only of ``owner``)."""
 
     def keep(slot: HookSlot) -> bool:
@@ -250,6 +273,16 @@ def remove_added_since(models: Mapping[str, nn.Module], first_id: int, owner: st
 
 
 __all__ = [
-    "GLOBAL", "HookSlot", "Inventory", "describe_function", "hookscope_hooks", "iter_slots", "list_hooks",
-    "next_handle_id", "remove_added_since", "remove_hookscope_hooks", "remove_matching", "reset_history",
+    "GLOBAL",
+    "HookSlot",
+    "Inventory",
+    "describe_function",
+    "hookscope_hooks",
+    "iter_slots",
+    "list_hooks",
+    "next_handle_id",
+    "remove_added_since",
+    "remove_hookscope_hooks",
+    "remove_matching",
+    "reset_history",
 ]

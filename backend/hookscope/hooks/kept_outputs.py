@@ -22,8 +22,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -46,7 +47,7 @@ class Kept:
 
     step: int
     output: Any
-    call: tuple[tuple, dict[str, Any]] | None = None
+    call: tuple[tuple[Any, ...], dict[str, Any]] | None = None
     """``(args, kwargs)`` of an ``nn.MultiheadAttention`` call (detached), else None."""
     versions: list[tuple[torch.Tensor, int]] = field(default_factory=list)
     """Each kept tensor with its version counter when kept: a later in-place change shows."""
@@ -56,7 +57,7 @@ class Kept:
         return any(t._version != v for t, v in self.versions)
 
 
-def keep_call(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any, step: int) -> Kept:
+def keep_call(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any, step: int) -> Kept:
     """A detached record of one call of ``module`` (the call's inputs only for attention modules)."""
     kept_output = detached(output)
     call = (detached(args), detached(kwargs)) if isinstance(module, nn.MultiheadAttention) else None
@@ -104,8 +105,9 @@ def storage_bytes(record: Kept) -> int:
 class BreakpointOutputs:
     """Forward hooks on the layers that have a breakpoint, keeping each one's last call."""
 
-    def __init__(self, step_of: Callable[[str], int], *, max_layers: int = MAX_LAYERS,
-                 max_bytes: int = MAX_BYTES) -> None:
+    def __init__(
+        self, step_of: Callable[[str], int], *, max_layers: int = MAX_LAYERS, max_bytes: int = MAX_BYTES
+    ) -> None:
         self._step_of = step_of
         self.max_layers, self.max_bytes = max_layers, max_bytes
         self._handles: dict[tuple[str, str], Any] = {}
@@ -141,8 +143,9 @@ class BreakpointOutputs:
         added = []
         for key, module in wanted.items():
             if key not in self._handles:
-                self._handles[key] = module.register_forward_hook(self._hook(key, replay=True), prepend=True,
-                                                                  with_kwargs=True)
+                self._handles[key] = module.register_forward_hook(
+                    self._hook(key, replay=True), prepend=True, with_kwargs=True
+                )
                 added.append(key)
         try:
             yield
@@ -178,8 +181,9 @@ class BreakpointOutputs:
         self._too_large.pop(key, None)
 
     def _hook(self, key: tuple[str, str], replay: bool = False) -> Callable[..., None]:
-        def keep_output(module: nn.Module, args: tuple, kwargs: dict[str, Any],
-                        output: Any = CALLED_WITHOUT_KWARGS) -> None:
+        def keep_output(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any = CALLED_WITHOUT_KWARGS
+        ) -> None:
             # Hookscope's own passes; a hook being removed (removed_hooks: torch may call it without kwargs)
             if (REPLAY.depth and not replay) or key not in self._handles or output is CALLED_WITHOUT_KWARGS:
                 return
@@ -187,6 +191,7 @@ class BreakpointOutputs:
                 self._store(key, keep_call(module, args, kwargs, output, self._step_of(key[0])))
             except Exception:  # never into the user's forward
                 log.debug("hookscope: keeping the output of %s failed", key[1], exc_info=True)
+
         return keep_output
 
     def _store(self, key: tuple[str, str], record: Kept) -> None:

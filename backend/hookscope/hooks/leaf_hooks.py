@@ -16,7 +16,8 @@ does both).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -48,7 +49,7 @@ def hook_gradient(tensor: torch.Tensor, hook: Callable[[torch.Tensor], Any]) -> 
     except AttributeError:  # a torch without these internals: the public way
         tensor.register_hook(hook)
         return None
-    hooks[hook] = hook
+    hooks[hook] = hook  # type: ignore[index]  # keyed by the hook itself: no handle, it dies with the graph
     return None
 
 

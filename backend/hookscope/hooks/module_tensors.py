@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import operator
 import weakref
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -49,7 +50,9 @@ _GRAD = operator.attrgetter("grad")
 _IS_TENSOR = partial(operator.is_not, None)
 """filter() keeps the gradients that exist (``is not None``: a tensor's own ``==`` is Python code)."""
 
-Slot = tuple[dict, str]
+T = TypeVar("T")
+
+Slot = tuple[dict[str, Any], str]
 """(a module's ``_parameters`` or ``_buffers``, a key): where a tensor lives, read afresh at every use."""
 
 
@@ -66,9 +69,11 @@ class StructureWatch:
         if self._handles:
             return
         bump = self._bump
-        self._handles = [torch_module.register_module_module_registration_hook(bump),
-                         torch_module.register_module_parameter_registration_hook(bump),
-                         torch_module.register_module_buffer_registration_hook(bump)]
+        self._handles = [
+            torch_module.register_module_module_registration_hook(bump),
+            torch_module.register_module_parameter_registration_hook(bump),
+            torch_module.register_module_buffer_registration_hook(bump),
+        ]
 
     def release(self) -> int:
         """Drop one user; returns how many hooks were removed (all, with the last user)."""
@@ -104,9 +109,9 @@ class ModuleTensors:
         self._shared = False
         """Some parameter or buffer is registered in two modules (tied weights)."""
         self._shared_buffers = False
-        self._flat_dicts: list[dict] = []
+        self._flat_dicts: list[dict[str, Any]] = []
         self._flat_keys: list[str] = []
-        self._norm_dicts: list[dict] = []
+        self._norm_dicts: list[dict[str, Any]] = []
         self._norm_keys: list[str] = []
         self.flat_names: list[str] = []
         self.norm_names: list[str] = []
@@ -224,7 +229,7 @@ def flattens(tensor: torch.Tensor) -> bool:
         return False
 
 
-def _unique(tensors: list) -> list:
+def _unique(tensors: list[T]) -> list[T]:
     """Drop repeats by identity, keeping order."""
     seen: set[int] = set()
     return [t for t in tensors if id(t) not in seen and not seen.add(id(t))]  # type: ignore[func-returns-value]

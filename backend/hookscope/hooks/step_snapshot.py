@@ -14,7 +14,8 @@ buffers into storage kept from the last call (``_foreach_copy_``).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -22,11 +23,10 @@ import torch
 class CallSnapshot:
     """One root call: its inputs, grad mode, RNG states, buffers, and the gradients its outputs received."""
 
-    __slots__ = ("args", "kwargs", "grad_enabled", "cpu_rng", "cuda_rng", "buffers", "buffer_ids",
-                 "root_grads")
+    __slots__ = ("args", "kwargs", "grad_enabled", "cpu_rng", "cuda_rng", "buffers", "buffer_ids", "root_grads")
 
     def __init__(self) -> None:
-        self.args: tuple = ()
+        self.args: tuple[Any, ...] = ()
         self.kwargs: dict[str, Any] = {}
         self.grad_enabled = True
         self.cpu_rng: torch.Generator | None = None
@@ -36,7 +36,7 @@ class CallSnapshot:
         self.root_grads: list[torch.Tensor | None] = []
         """The gradient each output tensor of the call received (None: none came)."""
 
-    def take(self, args: tuple, kwargs: dict[str, Any], buffers: Sequence[torch.Tensor]) -> None:
+    def take(self, args: tuple[Any, ...], kwargs: dict[str, Any], buffers: Sequence[torch.Tensor]) -> None:
         self.args, self.kwargs = args, kwargs
         self.grad_enabled = torch.is_grad_enabled()
         self.cpu_rng = torch.default_generator.clone_state()

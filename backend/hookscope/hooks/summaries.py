@@ -39,9 +39,16 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _base(t: torch.Tensor, path: str) -> dict[str, Any]:
-    return {"path": path, "shape": list(t.shape), "dtype": _dtype_name(t.dtype),
-            "device": str(t.device), "numel": int(t.numel()),
-            "nan": 0, "posinf": 0, "neginf": 0}
+    return {
+        "path": path,
+        "shape": list(t.shape),
+        "dtype": _dtype_name(t.dtype),
+        "device": str(t.device),
+        "numel": int(t.numel()),
+        "nan": 0,
+        "posinf": 0,
+        "neginf": 0,
+    }
 
 
 def _unsupported(t: torch.Tensor) -> str | None:
@@ -93,8 +100,9 @@ def _cpu_stats(t: torch.Tensor) -> torch.Tensor:
     counts = torch.zeros(HIST_BINS, dtype=torch.float64)
     n = x.numel()
     if n == 0:
-        return torch.cat([torch.tensor([0.0, nan, posinf, neginf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-                                       dtype=torch.float64), counts])
+        return torch.cat(
+            [torch.tensor([0.0, nan, posinf, neginf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64), counts]
+        )
     xf = x if x.dtype in (torch.float32, torch.float64) else x.to(_math_dtype(x.dtype))
     std, mean = torch.std_mean(xf) if n > 1 else (torch.zeros(()), xf.sum())
     lo, hi = (float(v) for v in torch.aminmax(xf))
@@ -104,8 +112,9 @@ def _cpu_stats(t: torch.Tensor) -> torch.Tensor:
         counts = torch.histc(xf, bins=HIST_BINS, min=lo, max=hi).to(torch.float64)
     else:
         counts[0] = n
-    scalars = torch.tensor([n, nan, posinf, neginf, zeros, float(mean), float(std), lo, hi, norm * norm],
-                           dtype=torch.float64)
+    scalars = torch.tensor(
+        [n, nan, posinf, neginf, zeros, float(mean), float(std), lo, hi, norm * norm], dtype=torch.float64
+    )
     return torch.cat([scalars, counts])
 
 
@@ -130,8 +139,7 @@ def _accelerator_stats(t: torch.Tensor) -> torch.Tensor:
     count = n_finite.clamp(min=1).to(torch.float64)
     values = torch.where(finite, xf, torch.zeros((), dtype=xf.dtype, device=xf.device))
     mean = values.sum(dtype=torch.float64) / count
-    centred = torch.where(finite, xf.to(torch.float64) - mean, torch.zeros((), dtype=torch.float64,
-                                                                           device=xf.device))
+    centred = torch.where(finite, xf.to(torch.float64) - mean, torch.zeros((), dtype=torch.float64, device=xf.device))
     var = (centred * centred).sum() / (n_finite - 1).clamp(min=1).to(torch.float64)
     lo = torch.where(finite, xf, torch.full((), math.inf, dtype=xf.dtype, device=xf.device)).amin()
     hi = torch.where(finite, xf, torch.full((), -math.inf, dtype=xf.dtype, device=xf.device)).amax()
@@ -140,13 +148,23 @@ def _accelerator_stats(t: torch.Tensor) -> torch.Tensor:
     # Histogram on the device without learning lo/hi on the host first.
     span = (hi - lo).to(torch.float64)
     scale = torch.where(span > 0, HIST_BINS / span, torch.zeros((), dtype=torch.float64, device=xf.device))
-    pos = torch.nan_to_num((values.to(torch.float64) - lo.to(torch.float64)) * scale, nan=0.0,
-                           posinf=0.0, neginf=0.0)
+    pos = torch.nan_to_num((values.to(torch.float64) - lo.to(torch.float64)) * scale, nan=0.0, posinf=0.0, neginf=0.0)
     bins = pos.floor().clamp(0, HIST_BINS - 1).to(torch.int64)
     counts = torch.bincount(bins, weights=finite.to(torch.float64), minlength=HIST_BINS)
-    scalars = torch.stack([n_finite.to(torch.float64), nan.to(torch.float64), posinf.to(torch.float64),
-                           neginf.to(torch.float64), zeros.to(torch.float64), mean, var.sqrt(),
-                           lo.to(torch.float64), hi.to(torch.float64), sumsq])
+    scalars = torch.stack(
+        [
+            n_finite.to(torch.float64),
+            nan.to(torch.float64),
+            posinf.to(torch.float64),
+            neginf.to(torch.float64),
+            zeros.to(torch.float64),
+            mean,
+            var.sqrt(),
+            lo.to(torch.float64),
+            hi.to(torch.float64),
+            sumsq,
+        ]
+    )
     return torch.cat([scalars, counts[:HIST_BINS]])
 
 
@@ -183,8 +201,19 @@ def summarize_many(items: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     with torch.no_grad():
         for path, t in items:
             if not isinstance(t, torch.Tensor):
-                out.append({"path": path, "shape": [], "dtype": type(t).__name__, "device": "",
-                            "numel": 0, "nan": 0, "posinf": 0, "neginf": 0, "note": "not a tensor"})
+                out.append(
+                    {
+                        "path": path,
+                        "shape": [],
+                        "dtype": type(t).__name__,
+                        "device": "",
+                        "numel": 0,
+                        "nan": 0,
+                        "posinf": 0,
+                        "neginf": 0,
+                        "note": "not a tensor",
+                    }
+                )
                 continue
             summary = _base(t, path)
             out.append(summary)
@@ -200,8 +229,9 @@ def summarize_many(items: list[tuple[str, Any]]) -> list[dict[str, Any]]:
             except Exception as exc:  # an exotic dtype (fp8, uint16...) must not break a hit
                 summary["note"] = f"statistics failed: {type(exc).__name__}: {exc}"[:200]
                 continue
-            pending.setdefault(vec.device, []).append((summary, vec, min(t.numel(), SAMPLE_SIZE)
-                                                       if t.numel() > SAMPLE_ABOVE else t.numel()))
+            pending.setdefault(vec.device, []).append(
+                (summary, vec, min(t.numel(), SAMPLE_SIZE) if t.numel() > SAMPLE_ABOVE else t.numel())
+            )
         for group in pending.values():
             rows = torch.stack([vec for _, vec, _ in group]).tolist()  # the one sync per device
             for (summary, _, sample_n), values in zip(group, rows):
@@ -225,8 +255,9 @@ def iter_tensors(value: Any, path: str, limit: int = MAX_TREE_TENSORS) -> Iterat
             continue
         children: list[tuple[str, Any]]
         if isinstance(v, Mapping):  # dict and Hugging Face ModelOutput (an OrderedDict)
-            children = [(f"{p}.{k}" if isinstance(k, str) and k.isidentifier() else f"{p}[{k!r}]", c)
-                        for k, c in v.items()]
+            children = [
+                (f"{p}.{k}" if isinstance(k, str) and k.isidentifier() else f"{p}[{k!r}]", c) for k, c in v.items()
+            ]
         elif isinstance(v, (tuple, list)):
             children = [(f"{p}[{i}]", c) for i, c in enumerate(v)]
         elif dataclasses.is_dataclass(v) and not isinstance(v, type):
@@ -278,8 +309,11 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     if not floats:
         return True
     try:  # detach: a hook's tensors may need grad, and the check must not grow the autograd graph
-        total = (floats[0].detach().sum(dtype=torch.float32) if len(floats) == 1
-                 else torch.stack([t.detach().sum(dtype=torch.float32) for t in floats]).sum())
+        total = (
+            floats[0].detach().sum(dtype=torch.float32)
+            if len(floats) == 1
+            else torch.stack([t.detach().sum(dtype=torch.float32) for t in floats]).sum()
+        )
         if math.isfinite(total.item()):
             return True
     except RuntimeError:  # tensors on several devices: the element-wise check

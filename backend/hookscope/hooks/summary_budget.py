@@ -11,7 +11,7 @@ between two summaries of a layer so that one round over all of them costs at mos
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
 
 DEFAULT_SHARE = 0.025
 """Time the samples take on the training thread, as a share of the program's time. The

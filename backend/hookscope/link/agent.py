@@ -38,7 +38,8 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from hookscope import __version__
 from hookscope.link import codec, handshake, protocol
@@ -86,8 +87,7 @@ STRUCTURE_CHECK_S = 2.0
 STATS_INTERVAL_S = 2.0
 RECONNECT_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
-_DEFERRABLE = frozenset({"setBreakpoints", "setBreakOnNonFinite", "setBreakOnGradients", "setCompiledEager",
-                         "watch"})
+_DEFERRABLE = frozenset({"setBreakpoints", "setBreakOnNonFinite", "setBreakOnGradients", "setCompiledEager", "watch"})
 """Requests that replace a whole setting: kept until the engine exists, then applied."""
 
 ESSENTIAL_TYPES = frozenset({"reply", "heartbeat", "hit", "resumed", "modelAdded", "modelRemoved", "notice", "stats"})
@@ -145,8 +145,13 @@ class OutgoingQueue:
     gets exactly one answer.
     """
 
-    def __init__(self, limit: int = QUEUE_LIMIT, essential_limit: int = ESSENTIAL_LIMIT,
-                 byte_limit: int = QUEUE_BYTES_LIMIT, essential_byte_limit: int = ESSENTIAL_BYTES_LIMIT) -> None:
+    def __init__(
+        self,
+        limit: int = QUEUE_LIMIT,
+        essential_limit: int = ESSENTIAL_LIMIT,
+        byte_limit: int = QUEUE_BYTES_LIMIT,
+        essential_byte_limit: int = ESSENTIAL_BYTES_LIMIT,
+    ) -> None:
         self._items: collections.deque[dict] = collections.deque()
         """Droppable messages, oldest first."""
         self._essential: collections.deque[dict] = collections.deque()
@@ -193,8 +198,9 @@ class OutgoingQueue:
     def take(self) -> dict | None:
         """The oldest message of either lane."""
         with self._lock:
-            if self._essential and (not self._items or self._order[id(self._essential[0])][0]
-                                    < self._order[id(self._items[0])][0]):
+            if self._essential and (
+                not self._items or self._order[id(self._essential[0])][0] < self._order[id(self._items[0])][0]
+            ):
                 return self._pop(self._essential)
             return self._pop(self._items) if self._items else None
 
@@ -225,9 +231,12 @@ class OutgoingQueue:
 
 
 def _too_large(reply: dict, size: int, waiting: int) -> dict:
-    return protocol.error_reply(reply.get("re", -1), protocol.ERR_NOT_AVAILABLE,
-                                f"the reply (about {size / 1e6:.1f} MB) does not fit beside the "
-                                f"{waiting / 1e6:.1f} MB waiting for a slow editor: try again")
+    return protocol.error_reply(
+        reply.get("re", -1),
+        protocol.ERR_NOT_AVAILABLE,
+        f"the reply (about {size / 1e6:.1f} MB) does not fit beside the "
+        f"{waiting / 1e6:.1f} MB waiting for a slow editor: try again",
+    )
 
 
 class RequestBudget:
@@ -240,8 +249,9 @@ class RequestBudget:
     Costs are the agent thread's own CPU time.
     """
 
-    def __init__(self, share: float, burst: float, resume: float = REQUEST_RESUME_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, share: float, burst: float, resume: float = REQUEST_RESUME_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.share, self.burst, self._clock = share, burst, clock
         self.resume = min(resume, burst)
         self._tokens = burst
@@ -277,10 +287,18 @@ class RequestBudget:
 class Agent:
     """One connection's worth of state at a time, reconnecting for the life of the process."""
 
-    def __init__(self, host: str, port: int, token: str, session: str | None = None, *,
-                 engine_factory: Callable[[Callable[[dict], None]], EngineLike] | None = None,
-                 engine_ready: Callable[[], bool] | None = None,
-                 discovery: Any = None, discover: bool = True) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        token: str,
+        session: str | None = None,
+        *,
+        engine_factory: Callable[[Callable[[dict], None]], EngineLike] | None = None,
+        engine_ready: Callable[[], bool] | None = None,
+        discovery: Any = None,
+        discover: bool = True,
+    ) -> None:
         self.host, self.port, self.token, self.session = host, port, token, session
         self._engine_factory = engine_factory or _default_engine_factory
         self._engine_ready = engine_ready or _torch_ready
@@ -427,8 +445,14 @@ class Agent:
             return getattr(self._engine, method)(*args, **kwargs)
         except Exception as exc:  # the engine must never take the agent (or training) down
             log.exception("engine.%s failed", method)
-            self.emit({"type": "notice", "level": "error", "code": "engineError",
-                       "message": f"Hookscope engine.{method} failed: {exc}"})
+            self.emit(
+                {
+                    "type": "notice",
+                    "level": "error",
+                    "code": "engineError",
+                    "message": f"Hookscope engine.{method} failed: {exc}",
+                }
+            )
             return None
 
     # -- the thread --------------------------------------------------------------
@@ -472,30 +496,37 @@ class Agent:
         ``_serve`` reads requests from it)."""
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            handshake.as_backend(sock, self.token, self._describe_process,
-                                 time.monotonic() + protocol.HELLO_DEADLINE_S)
+            handshake.as_backend(sock, self.token, self._describe_process, time.monotonic() + protocol.HELLO_DEADLINE_S)
             return True
         except handshake.HandshakeFailed as exc:
             if exc.final:
                 self._refused = f"{exc.code}: {exc.message}"
-                text = (f"hookscope: the editor refused this process ({exc.code}): {exc.message}. "
-                        "Hookscope stays off in this process.")
+                text = (
+                    f"hookscope: the editor refused this process ({exc.code}): {exc.message}. "
+                    "Hookscope stays off in this process."
+                )
                 log.error(text)
                 print(text, file=sys.stderr, flush=True)
             else:
                 # Never the token, nor anything the peer sent beyond the error's own text.
-                log.warning("the peer at %s:%s is not an editor of this session (%s: %s): not connected",
-                            self.host, self.port, exc.code, exc.message)
+                log.warning(
+                    "the peer at %s:%s is not an editor of this session (%s: %s): not connected",
+                    self.host,
+                    self.port,
+                    exc.code,
+                    exc.message,
+                )
             return False
         except OSError as exc:
             log.info("handshake with %s:%s failed: %s", self.host, self.port, exc)
             return False
 
     def _give_up(self) -> None:
-        self._gave_up = (f"no editor at {self.host}:{self.port} proved the session token for "
-                         f"{RECONNECT_GIVE_UP_S:g} s")
-        text = (f"hookscope: {self._gave_up}: the editor is gone. Hookscope is off in this process "
-                "(its hooks were removed); the program runs on.")
+        self._gave_up = f"no editor at {self.host}:{self.port} proved the session token for {RECONNECT_GIVE_UP_S:g} s"
+        text = (
+            f"hookscope: {self._gave_up}: the editor is gone. Hookscope is off in this process "
+            "(its hooks were removed); the program runs on."
+        )
         log.warning(text)
         print(text, file=sys.stderr, flush=True)
         self._finish()
@@ -646,8 +677,14 @@ class Agent:
         except Exception as exc:
             log.exception("cannot create the engine")
             self._engine_failed = True
-            self.emit({"type": "notice", "level": "error", "code": "engineError",
-                       "message": f"Hookscope could not start its engine: {exc}"})
+            self.emit(
+                {
+                    "type": "notice",
+                    "level": "error",
+                    "code": "engineError",
+                    "message": f"Hookscope could not start its engine: {exc}",
+                }
+            )
             return
         deferred, self._deferred = self._deferred, {}
         self._replaying = True
@@ -656,8 +693,14 @@ class Agent:
                 try:
                     self._engine.handle(request)
                 except Exception as exc:
-                    self.emit({"type": "notice", "level": "warning", "code": "badRequest",
-                               "message": f"{request['type']} could not be applied: {exc}"})
+                    self.emit(
+                        {
+                            "type": "notice",
+                            "level": "warning",
+                            "code": "badRequest",
+                            "message": f"{request['type']} could not be applied: {exc}",
+                        }
+                    )
         finally:
             self._replaying = False
 
@@ -724,8 +767,11 @@ class Agent:
                 return True
             if time.monotonic() - self._rx_at > SHED_AFTER_S and _is_request(message):
                 self.shed += 1
-                self._reply_error(message["id"], protocol.ERR_BUSY, "the backend is behind on requests: "
-                                  "this one was dropped unprocessed (the program runs on)")
+                self._reply_error(
+                    message["id"],
+                    protocol.ERR_BUSY,
+                    "the backend is behind on requests: this one was dropped unprocessed (the program runs on)",
+                )
             else:
                 self._on_message(message)
             self._spend(started)
@@ -790,8 +836,11 @@ class Agent:
             self._deferred[mtype] = message
             if mtype == "setBreakpoints":
                 specs = message["breakpoints"]
-                body = {"resolved": [{"id": str(s.get("id", "")) if isinstance(s, dict) else "", "layers": []}
-                                     for s in specs]}
+                body = {
+                    "resolved": [
+                        {"id": str(s.get("id", "")) if isinstance(s, dict) else "", "layers": []} for s in specs
+                    ]
+                }
             elif mtype in ("setBreakOnNonFinite", "setCompiledEager"):
                 body = {"enabled": message["enabled"]}
             elif mtype == "setBreakOnGradients":
@@ -800,8 +849,9 @@ class Agent:
                 body = {"layers": list(message["layers"])}
             self.emit(protocol.reply(re, body))
         else:
-            self._reply_error(re, protocol.ERR_NOT_AVAILABLE, "no PyTorch model yet: the program has not "
-                              "imported torch")
+            self._reply_error(
+                re, protocol.ERR_NOT_AVAILABLE, "no PyTorch model yet: the program has not imported torch"
+            )
 
     def _on_reply(self, message: dict) -> None:
         # A reply answers one of our heartbeats and nothing else: whatever its error code, it
@@ -825,8 +875,9 @@ class Agent:
                 log.error("cannot encode %s: %s", message.get("type"), exc)
                 re = message.get("re")
                 if message.get("type") == "reply" and isinstance(re, int):
-                    self._out += codec.frame(protocol.error_reply(
-                        re, protocol.ERR_INTERNAL, f"the reply could not be encoded: {exc}"))
+                    self._out += codec.frame(
+                        protocol.error_reply(re, protocol.ERR_INTERNAL, f"the reply could not be encoded: {exc}")
+                    )
 
     def _send_some(self, sock: socket.socket) -> None:
         try:
@@ -917,8 +968,7 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def start(addr: str | None = None, token: str | None = None, session: str | None = None,
-          **kwargs: Any) -> Agent:
+def start(addr: str | None = None, token: str | None = None, session: str | None = None, **kwargs: Any) -> Agent:
     """Start the agent of this process (idempotent: a second call returns the first agent)."""
     global _agent
     with _agent_lock:
@@ -957,15 +1007,19 @@ def is_distributed_launcher(argv: list[str]) -> bool:
     """Whether this command line is ``torchrun`` / ``python -m torch.distributed.run`` (or ``.launch``)."""
     joined = " ".join(argv)
     # Any position: under debugpy the command line is debugpy's launcher's, the program further on.
-    return ("torch.distributed.run" in joined or "torch.distributed.launch" in joined
-            or any(os.path.basename(arg) == "torchrun" for arg in argv))
+    return (
+        "torch.distributed.run" in joined
+        or "torch.distributed.launch" in joined
+        or any(os.path.basename(arg) == "torchrun" for arg in argv)
+    )
 
 
 def skip_reason() -> str | None:
     """Why this process should not run an agent (None: it should)."""
     argv = " ".join(getattr(sys, "orig_argv", sys.argv))
-    if "multiprocessing" in argv and ("spawn_main" in argv or "--multiprocessing-fork" in argv
-                                      or "forkserver" in argv or "resource_tracker" in argv):
+    if "multiprocessing" in argv and (
+        "spawn_main" in argv or "--multiprocessing-fork" in argv or "forkserver" in argv or "resource_tracker" in argv
+    ):
         return "multiprocessing worker"
     if is_distributed_launcher(getattr(sys, "orig_argv", sys.argv)) or is_distributed_launcher(sys.argv):
         return "distributed launcher (each rank gets its own agent)"
@@ -1002,8 +1056,7 @@ def _setup_file_logging() -> None:
         return
     try:
         os.makedirs(log_dir, exist_ok=True)
-        handler = logging.FileHandler(os.path.join(log_dir, f"hookscope-agent-{os.getpid()}.log"),
-                                      encoding="utf-8")
+        handler = logging.FileHandler(os.path.join(log_dir, f"hookscope-agent-{os.getpid()}.log"), encoding="utf-8")
     except OSError as exc:
         print(f"hookscope: cannot log to {log_dir}: {exc}", file=sys.stderr)
         return
@@ -1026,8 +1079,13 @@ def _is_request(message: Any) -> bool:
     mtype = message.get("type")
     definition = protocol.MESSAGES_BY_TYPE.get(mtype) if isinstance(mtype, str) else None
     request_id = message.get("id")
-    return (definition is not None and definition.kind == "request" and definition.direction == "toBackend"
-            and isinstance(request_id, int) and not isinstance(request_id, bool))
+    return (
+        definition is not None
+        and definition.kind == "request"
+        and definition.direction == "toBackend"
+        and isinstance(request_id, int)
+        and not isinstance(request_id, bool)
+    )
 
 
 def _locations(tree: dict) -> dict[str, tuple[str, int]]:
@@ -1067,8 +1125,15 @@ def _debugger_active() -> bool:
     return "pydevd" in sys.modules or any("debugpy" in arg for arg in getattr(sys, "orig_argv", ()))
 
 
-_DEBUGPY_OPTIONS_WITH_VALUE = {"--listen", "--connect", "--pid", "--log-to", "--configure-qt",
-                               "--adapter-access-token", "--parent-session-pid"}
+_DEBUGPY_OPTIONS_WITH_VALUE = {
+    "--listen",
+    "--connect",
+    "--pid",
+    "--log-to",
+    "--configure-qt",
+    "--adapter-access-token",
+    "--parent-session-pid",
+}
 
 
 def _user_argv() -> list[str]:
@@ -1079,7 +1144,7 @@ def _user_argv() -> list[str]:
         # skip the interpreter and its options up to the debugpy entry
         for i, arg in enumerate(args):
             if "debugpy" in arg and not arg.startswith("-"):
-                args = args[i + 1:]
+                args = args[i + 1 :]
                 break
         i = 0
         while i < len(args) and args[i].startswith("--"):

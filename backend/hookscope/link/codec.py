@@ -69,16 +69,27 @@ def decode(body: bytes, max_containers: int | None = None) -> Any:
         hooks = {"object_hook": count, "list_hook": count}
     try:
         value = msgpack.unpackb(
-            body, raw=False, strict_map_key=True, use_list=True,
-            max_str_len=len(body), max_bin_len=len(body),
+            body,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_str_len=len(body),
+            max_bin_len=len(body),
             max_array_len=min(len(body), MAX_COLLECTION),
             max_map_len=min(len(body) // 2, MAX_COLLECTION),
-            max_ext_len=0, **hooks,
+            max_ext_len=0,
+            **hooks,
         )
     except _TooManyContainers:
         raise ProtocolError(ERR_BAD_MESSAGE, f"a message may hold at most {max_containers} maps and arrays") from None
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
-            TypeError, UnicodeDecodeError) as exc:
+    except (
+        ValueError,
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+        TypeError,
+        UnicodeDecodeError,
+    ) as exc:
         raise ProtocolError(ERR_BAD_MESSAGE, f"undecodable frame: {exc}") from None
     _check_depth(value)
     return value

@@ -30,7 +30,8 @@ import hmac
 import secrets
 import socket
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from hookscope import __version__
 from hookscope.link import codec, protocol
@@ -74,13 +75,16 @@ def proof_matches(expected: bytes, got: Any) -> bool:
 
 def version_mismatch(theirs: Any, them: str, us: str) -> str:
     """The clear message for a peer of another protocol version."""
-    return (f"protocol version mismatch: {them} speaks protocol {theirs!r}, {us} speaks "
-            f"{protocol.PROTOCOL_VERSION}. Use a hookscope Python package and a Hookscope extension of the "
-            "same release (pip install -U hookscope, or update the extension).")
+    return (
+        f"protocol version mismatch: {them} speaks protocol {theirs!r}, {us} speaks "
+        f"{protocol.PROTOCOL_VERSION}. Use a hookscope Python package and a Hookscope extension of the "
+        "same release (pip install -U hookscope, or update the extension)."
+    )
 
 
 # ---------------------------------------------------------------------------
 # Reading and writing handshake frames (blocking, under one deadline).
+
 
 def read_frame(sock: socket.socket, deadline: float, limit: int = protocol.HANDSHAKE_FRAME_BYTES) -> Any:
     """Exactly one frame: its header checked against ``limit`` before any of the body is read."""
@@ -106,7 +110,7 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
         sock.settimeout(left)
         try:
             chunk = sock.recv(n - len(data))
-        except socket.timeout:
+        except TimeoutError:
             continue
         if not chunk:
             raise ConnectionError("the peer closed the connection during the handshake")
@@ -126,8 +130,9 @@ def _expect(message: Any, mtype: str, *, from_editor: bool) -> dict:
         code = str(error.get("code"))
         # Only the one holding the editor's address can refuse us (while the editor lives, the port
         # is its): a wrong token or another protocol cannot get better by trying again.
-        raise HandshakeFailed(code, str(error.get("message"))[:500],
-                              final=from_editor and code in (ERR_TOKEN, ERR_VERSION))
+        raise HandshakeFailed(
+            code, str(error.get("message"))[:500], final=from_editor and code in (ERR_TOKEN, ERR_VERSION)
+        )
     try:
         protocol.validate(message)
     except ProtocolError as exc:
@@ -147,13 +152,21 @@ def _nonce(message: dict, other: bytes | None = None) -> bytes:
 # ---------------------------------------------------------------------------
 # The two sides.
 
+
 def as_backend(sock: socket.socket, token: str, describe: Callable[[], dict], deadline: float) -> None:
     """The debuggee's side: returns once the editor proved the token and ``process`` was sent."""
     mine = new_nonce()
-    send(sock, {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "hookscope": __version__,
-                "nonce": mine}, deadline)
+    send(
+        sock,
+        {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "hookscope": __version__, "nonce": mine},
+        deadline,
+    )
     first = read_frame(sock, deadline)
-    if isinstance(first, dict) and first.get("type") == "challenge" and first.get("protocol") != protocol.PROTOCOL_VERSION:
+    if (
+        isinstance(first, dict)
+        and first.get("type") == "challenge"
+        and first.get("protocol") != protocol.PROTOCOL_VERSION
+    ):
         text = version_mismatch(first.get("protocol"), "the editor", "this hookscope package")
         _refuse(sock, ERR_VERSION, text, deadline)
         raise HandshakeFailed(ERR_VERSION, text, final=True)
@@ -176,8 +189,9 @@ def as_editor(sock: socket.socket, tokens: Callable[[], Iterable[str]], deadline
     hello = read_frame(sock, deadline)
     # The version first: a backend of another protocol may say hello with other fields.
     if isinstance(hello, dict) and hello.get("type") == "hello" and hello.get("protocol") != protocol.PROTOCOL_VERSION:
-        raise HandshakeFailed(ERR_VERSION, version_mismatch(hello.get("protocol"), "the debuggee's hookscope package",
-                                                       "this editor"))
+        raise HandshakeFailed(
+            ERR_VERSION, version_mismatch(hello.get("protocol"), "the debuggee's hookscope package", "this editor")
+        )
     theirs = _nonce(_expect(hello, "hello", from_editor=False))
     mine = new_nonce()
     send(sock, {"type": "challenge", "protocol": protocol.PROTOCOL_VERSION, "nonce": mine}, deadline)

@@ -92,19 +92,28 @@ ERR_VERSION = "protocolMismatch"
 ERR_BUSY = "busy"
 """The request was shed unprocessed: the backend is behind (a flood of requests)."""
 
-ERROR_CODES = (ERR_BAD_MESSAGE, ERR_UNKNOWN_TYPE, ERR_UNKNOWN_LAYER, ERR_NOT_AVAILABLE,
-               ERR_INTERNAL, ERR_TOKEN, ERR_VERSION, ERR_BUSY)
+ERROR_CODES = (
+    ERR_BAD_MESSAGE,
+    ERR_UNKNOWN_TYPE,
+    ERR_UNKNOWN_LAYER,
+    ERR_NOT_AVAILABLE,
+    ERR_INTERNAL,
+    ERR_TOKEN,
+    ERR_VERSION,
+    ERR_BUSY,
+)
 
 PHASES = ("forward_pre", "forward", "backward", "param_grad")
 
-STEP_MEANING = ("step: forward calls of the model's root seen while Hookscope watches the model "
-                "(a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)`")
+STEP_MEANING = (
+    "step: forward calls of the model's root seen while Hookscope watches the model "
+    "(a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)`"
+)
 """What every ``step`` in the protocol counts (the panel and status show it as the step's tooltip)."""
 """Where a layer breakpoint can fire: before forward (inputs), after forward
 (outputs), on the module's gradients, and on each parameter's ``.grad``."""
 
-CONDITIONS = ("always", "nonfinite", "grad_norm_below", "grad_norm_above",
-              "absmax_above", "expression")
+CONDITIONS = ("always", "nonfinite", "grad_norm_below", "grad_norm_above", "absmax_above", "expression")
 """Kinds of breakpoint condition (``BreakpointSpec.condition.kind``)."""
 
 INTERVENTIONS = ("zero_channels", "scale", "mean_ablate", "input_noise")
@@ -113,237 +122,403 @@ INTERVENTIONS = ("zero_channels", "scale", "mean_ablate", "input_noise")
 
 MESSAGES: tuple[Message, ...] = (
     # ---- generic -------------------------------------------------------
-    Message("reply", "reply", "both", "Answer to a request.", (
-        _f("re", "int", "id of the request answered"),
-        _f("body", "map", "the result, when it succeeded", True),
-        _f("error", "map", "{code, message} when it failed", True),
-    )),
+    Message(
+        "reply",
+        "reply",
+        "both",
+        "Answer to a request.",
+        (
+            _f("re", "int", "id of the request answered"),
+            _f("body", "map", "the result, when it succeeded", True),
+            _f("error", "map", "{code, message} when it failed", True),
+        ),
+    ),
     # ---- backend -> extension ------------------------------------------
-    Message("hello", "event", "toExtension",
-            "First frame of every connection (at most HANDSHAKE_FRAME_BYTES): no token and nothing about "
-            "the process until the editor has proved the token (hookscope.link.handshake).", (
-        _f("protocol", "int", "PROTOCOL_VERSION of the backend"),
-        _f("hookscope", "str", "hookscope package version (for the mismatch message)"),
-        _f("nonce", "bin", "the backend's fresh challenge: NONCE_BYTES random bytes"),
-    )),
-    Message("challenge", "event", "toBackend",
-            "The editor's answer to hello: its own fresh challenge.", (
-        _f("protocol", "int", "PROTOCOL_VERSION of the editor"),
-        _f("nonce", "bin", "the editor's fresh challenge: NONCE_BYTES random bytes"),
-    )),
-    Message("proof", "event", "both",
-            "HMAC-SHA256 keyed by the session token over both challenges and the sender's role: the backend "
-            "sends its proof after the challenge, the editor its own once the backend's checked out.", (
-        _f("proof", "bin", "HMAC-SHA256(token, PROOF_LABEL | role | backend nonce | editor nonce)"),
-    )),
-    Message("process", "event", "toExtension",
-            "The debuggee describes itself, once both sides have proved the token; then requests flow.", (
-        _f("pid", "int", "process id of the debuggee"),
-        _f("session", "str", "debug session id from HOOKSCOPE_SESSION", True),
-        _f("rank", "int", "distributed rank (RANK), 0 when not distributed"),
-        _f("worldSize", "int", "distributed world size (WORLD_SIZE), 1 when not distributed"),
-        _f("python", "str", "Python version"),
-        _f("torch", "str", "torch version"),
-        _f("hookscope", "str", "hookscope package version"),
-        _f("argv", "list", "the debuggee's sys.argv"),
-        _f("debugger", "bool", "whether debugpy is active in the process"),
-    )),
-    Message("modelAdded", "event", "toExtension",
-            "A model root was found; carries its whole named_modules() tree.", (
-        _f("model", "map", "ModelTree: {id, name, cls, params, modules: [ModuleInfo]}"),
-    )),
-    Message("modelRemoved", "event", "toExtension", "A model root was garbage-collected.", (
-        _f("id", "str", "model id"),
-    )),
-    Message("hit", "event", "toExtension",
-            "A layer breakpoint fired; the thread pauses right after this is sent.", (
-        _f("breakpoint", "str", "id of the breakpoint that fired ('nonfinite' for break on NaN/Inf, 'gradients' "
-                                "for break on exploding/vanishing gradients)"),
-        _f("model", "str", "model id"),
-        _f("layer", "str", "qualified module name"),
-        _f("phase", "str", "one of PHASES"),
-        _f("reason", "str", "human-readable reason shown as the stop reason"),
-        _f("step", "int", STEP_MEANING),
-        _f("summaries", "list", "TensorSummary of inputs/outputs/gradients"),
-        _f("pausing", "bool", "whether the debugger will pause (false: no debugger attached)"),
-        _f("origin", "str", "for nonfinite: 'born here' or 'came in through inputs'", True),
-        _f("op", "map", "for nonfinite: the op where the first NaN/Inf was born, from the replay: "
-                         "op, phase, file, line, function, stack (user frames, innermost first), "
-                         "node (backward), tensor (a parameter/buffer already non-finite)", True),
-        _f("rearm", "str", "for nonfinite and gradients: when that switch stops again after this stop", True),
-        _f("view", "str", "a view the panel shows at this stop ('gradientFlow' at a gradient-health stop)", True),
-        _f("viewOptions", "map", "render options of that view ({metric: 'norm', exploding?, vanishing?, "
-                                 "highlight: the stopped layer})", True),
-    )),
-    Message("summaries", "event", "toExtension",
-            "Live summaries of watched layers, at the panel's rate.", (
-        _f("model", "str", "model id"),
-        _f("layer", "str", "qualified module name"),
-        _f("phase", "str", "one of PHASES"),
-        _f("step", "int", STEP_MEANING),
-        _f("tensors", "list", "TensorSummary list"),
-    )),
-    Message("shapes", "event", "toExtension",
-            "Last output shape of each layer seen in a forward pass (sent once per model, then on change).", (
-        _f("model", "str", "model id"),
-        _f("shapes", "map", "layer name -> shape list"),
-    )),
-    Message("resumed", "event", "toExtension", "The thread paused by a hit resumed.", (
-        _f("breakpoint", "str", "id of the breakpoint"),
-        _f("layer", "str", "qualified module name"),
-    )),
-    Message("notice", "event", "toExtension",
-            "Something the user should know (a breakpoint matched nothing, a hook raised, compiled modules...).", (
-        _f("level", "str", "'info' | 'warning' | 'error'"),
-        _f("message", "str", "text for the user"),
-        _f("code", "str", "machine-readable category", True),
-    )),
-    Message("stats", "event", "toExtension", "Queue health, sent every few seconds while events are dropped.", (
-        _f("dropped", "int", "events dropped since the start because the editor was slow"),
-        _f("queued", "int", "events waiting"),
-        _f("shed", "int", "requests answered 'busy' unprocessed since the start (the editor asked for more "
-           "work than the backend's share)", True),
-    )),
-    Message("heartbeat", "request", "toExtension",
-            "The backend checks that a silent editor is alive; answer with an empty reply body. "
-            "Once the editor has answered one, about 2 s without any traffic from it count as a "
-            "dead editor: the backend removes every hook and reconnects (only to an editor that proves the "
-            "token; it gives up after a minute without one).", (), ()),
+    Message(
+        "hello",
+        "event",
+        "toExtension",
+        "First frame of every connection (at most HANDSHAKE_FRAME_BYTES): no token and nothing about "
+        "the process until the editor has proved the token (hookscope.link.handshake).",
+        (
+            _f("protocol", "int", "PROTOCOL_VERSION of the backend"),
+            _f("hookscope", "str", "hookscope package version (for the mismatch message)"),
+            _f("nonce", "bin", "the backend's fresh challenge: NONCE_BYTES random bytes"),
+        ),
+    ),
+    Message(
+        "challenge",
+        "event",
+        "toBackend",
+        "The editor's answer to hello: its own fresh challenge.",
+        (
+            _f("protocol", "int", "PROTOCOL_VERSION of the editor"),
+            _f("nonce", "bin", "the editor's fresh challenge: NONCE_BYTES random bytes"),
+        ),
+    ),
+    Message(
+        "proof",
+        "event",
+        "both",
+        "HMAC-SHA256 keyed by the session token over both challenges and the sender's role: the backend "
+        "sends its proof after the challenge, the editor its own once the backend's checked out.",
+        (_f("proof", "bin", "HMAC-SHA256(token, PROOF_LABEL | role | backend nonce | editor nonce)"),),
+    ),
+    Message(
+        "process",
+        "event",
+        "toExtension",
+        "The debuggee describes itself, once both sides have proved the token; then requests flow.",
+        (
+            _f("pid", "int", "process id of the debuggee"),
+            _f("session", "str", "debug session id from HOOKSCOPE_SESSION", True),
+            _f("rank", "int", "distributed rank (RANK), 0 when not distributed"),
+            _f("worldSize", "int", "distributed world size (WORLD_SIZE), 1 when not distributed"),
+            _f("python", "str", "Python version"),
+            _f("torch", "str", "torch version"),
+            _f("hookscope", "str", "hookscope package version"),
+            _f("argv", "list", "the debuggee's sys.argv"),
+            _f("debugger", "bool", "whether debugpy is active in the process"),
+        ),
+    ),
+    Message(
+        "modelAdded",
+        "event",
+        "toExtension",
+        "A model root was found; carries its whole named_modules() tree.",
+        (_f("model", "map", "ModelTree: {id, name, cls, params, modules: [ModuleInfo]}"),),
+    ),
+    Message(
+        "modelRemoved", "event", "toExtension", "A model root was garbage-collected.", (_f("id", "str", "model id"),)
+    ),
+    Message(
+        "hit",
+        "event",
+        "toExtension",
+        "A layer breakpoint fired; the thread pauses right after this is sent.",
+        (
+            _f(
+                "breakpoint",
+                "str",
+                "id of the breakpoint that fired ('nonfinite' for break on NaN/Inf, 'gradients' "
+                "for break on exploding/vanishing gradients)",
+            ),
+            _f("model", "str", "model id"),
+            _f("layer", "str", "qualified module name"),
+            _f("phase", "str", "one of PHASES"),
+            _f("reason", "str", "human-readable reason shown as the stop reason"),
+            _f("step", "int", STEP_MEANING),
+            _f("summaries", "list", "TensorSummary of inputs/outputs/gradients"),
+            _f("pausing", "bool", "whether the debugger will pause (false: no debugger attached)"),
+            _f("origin", "str", "for nonfinite: 'born here' or 'came in through inputs'", True),
+            _f(
+                "op",
+                "map",
+                "for nonfinite: the op where the first NaN/Inf was born, from the replay: "
+                "op, phase, file, line, function, stack (user frames, innermost first), "
+                "node (backward), tensor (a parameter/buffer already non-finite)",
+                True,
+            ),
+            _f("rearm", "str", "for nonfinite and gradients: when that switch stops again after this stop", True),
+            _f("view", "str", "a view the panel shows at this stop ('gradientFlow' at a gradient-health stop)", True),
+            _f(
+                "viewOptions",
+                "map",
+                "render options of that view ({metric: 'norm', exploding?, vanishing?, highlight: the stopped layer})",
+                True,
+            ),
+        ),
+    ),
+    Message(
+        "summaries",
+        "event",
+        "toExtension",
+        "Live summaries of watched layers, at the panel's rate.",
+        (
+            _f("model", "str", "model id"),
+            _f("layer", "str", "qualified module name"),
+            _f("phase", "str", "one of PHASES"),
+            _f("step", "int", STEP_MEANING),
+            _f("tensors", "list", "TensorSummary list"),
+        ),
+    ),
+    Message(
+        "shapes",
+        "event",
+        "toExtension",
+        "Last output shape of each layer seen in a forward pass (sent once per model, then on change).",
+        (
+            _f("model", "str", "model id"),
+            _f("shapes", "map", "layer name -> shape list"),
+        ),
+    ),
+    Message(
+        "resumed",
+        "event",
+        "toExtension",
+        "The thread paused by a hit resumed.",
+        (
+            _f("breakpoint", "str", "id of the breakpoint"),
+            _f("layer", "str", "qualified module name"),
+        ),
+    ),
+    Message(
+        "notice",
+        "event",
+        "toExtension",
+        "Something the user should know (a breakpoint matched nothing, a hook raised, compiled modules...).",
+        (
+            _f("level", "str", "'info' | 'warning' | 'error'"),
+            _f("message", "str", "text for the user"),
+            _f("code", "str", "machine-readable category", True),
+        ),
+    ),
+    Message(
+        "stats",
+        "event",
+        "toExtension",
+        "Queue health, sent every few seconds while events are dropped.",
+        (
+            _f("dropped", "int", "events dropped since the start because the editor was slow"),
+            _f("queued", "int", "events waiting"),
+            _f(
+                "shed",
+                "int",
+                "requests answered 'busy' unprocessed since the start (the editor asked for more "
+                "work than the backend's share)",
+                True,
+            ),
+        ),
+    ),
+    Message(
+        "heartbeat",
+        "request",
+        "toExtension",
+        "The backend checks that a silent editor is alive; answer with an empty reply body. "
+        "Once the editor has answered one, about 2 s without any traffic from it count as a "
+        "dead editor: the backend removes every hook and reconnects (only to an editor that proves the "
+        "token; it gives up after a minute without one).",
+        (),
+        (),
+    ),
     # ---- extension -> backend ------------------------------------------
-    Message("ping", "request", "toBackend", "Liveness check.", (), (
-        _f("pid", "int", "process id"),
-    )),
-    Message("setBreakpoints", "request", "toBackend",
-            "Replace the whole set of layer breakpoints.", (
-        _f("breakpoints", "list", "BreakpointSpec list"),
-    ), (
-        _f("resolved", "list", "[{id, layers: [qualified names], error?}]"),
-    )),
-    Message("resolveLayers", "request", "toBackend",
-            "Which layers a breakpoint spec means, in every model, without setting anything: the one "
-            "answer to 'which layers does this line mean' (definition lines and call sites), also for "
-            "names, globs and classes.", (
-        _f("spec", "map", "a BreakpointSpec's layer / cls / file + line (id, phases and condition are ignored)"),
-    ), (
-        _f("layers", "list", "[{model, layer, cls}] in each model's named_modules() order"),
-    )),
-    Message("setBreakOnNonFinite", "request", "toBackend",
-            "Break at the first layer that produces NaN/Inf (forward or backward).", (
-        _f("enabled", "bool", "on or off"),
-    ), (
-        _f("enabled", "bool", "the state now"),
-    )),
-    Message("setBreakOnGradients", "request", "toBackend",
-            "Break on exploding gradients (some parameter's gradient norm above 'exploding') and on vanishing "
-            "gradients (some layer's gradient norm below 'vanishing'), checked once per step at the end of the "
-            "backward; a threshold left out turns that switch off. Hits have breakpoint 'gradients'.", (
-        _f("exploding", "float", "gradient norm threshold per parameter; absent: off", True),
-        _f("vanishing", "float", "gradient norm threshold per layer; absent: off", True),
-    ), (
-        _f("exploding", "float", "the threshold now (absent: off)", True),
-        _f("vanishing", "float", "the threshold now (absent: off)", True),
-    )),
-    Message("setCompiledEager", "request", "toBackend",
-            "Run torch.compile'd code eagerly while debugging, so layer hooks inside compiled modules "
-            "fire (torch.compiler.set_stance('force_eager')); off restores the stance it replaced.", (
-        _f("enabled", "bool", "on or off"),
-    ), (
-        _f("enabled", "bool", "whether compiled code runs eagerly now"),
-    )),
-    Message("watch", "request", "toBackend",
-            "Stream summaries of these layers (empty list: stop).", (
-        _f("layers", "list", "qualified names"),
-        _f("model", "str", "model id; default the first model", True),
-        _f("rateHz", "float", "most updates per second per layer", True),
-    ), (
-        _f("layers", "list", "names now watched"),
-    )),
-    Message("getSummaries", "request", "toBackend",
-            "Last summaries of a layer and its parameters' gradients.", (
-        _f("layer", "str", "qualified module name"),
-        _f("model", "str", "model id; default the first model", True),
-    ), (
-        _f("layer", "str", "qualified module name"),
-        _f("tensors", "list", "TensorSummary list (inputs, outputs, gradients, parameter grads)"),
-        _f("step", "int", "the step they were taken at; " + STEP_MEANING),
-    )),
-    Message("getParamGrads", "request", "toBackend",
-            "Summaries of every parameter's .grad of a model.", (
-        _f("model", "str", "model id; default the first model", True),
-    ), (
-        _f("params", "list", "[{name, shape, norm, mean, absmax, nan, inf}]"),
-    )),
-    Message("listHooks", "request", "toBackend",
-            "Every hook on the watched models, Hookscope's and the user's.", (
-        _f("model", "str", "model id; default all", True),
-    ), (
-        _f("hooks", "list", "[{module, kind, owner, function, file, line}]"),
-        _f("leaks", "list", "[{module, kind, function, counts}] hooks whose count keeps growing"),
-    )),
-    Message("removeHooks", "request", "toBackend", "Remove every Hookscope hook now.", (), (
-        _f("removed", "int", "number of hooks removed"),
-    )),
-    Message("render", "request", "toBackend",
-            "Render an image of a layer's tensors (feature map, attention, Grad-CAM, gradient flow, histogram).", (
-        _f("view", "str", "'featureMap' | 'attention' | 'gradCam' | 'gradientFlow' | 'histogram' | 'tensor'"),
-        _f("layer", "str", "qualified module name", True),
-        _f("model", "str", "model id", True),
-        _f("options", "map", "view-specific options (channel page, batch item, colormap, target class...)", True),
-        _f("tensor", "str", "which tensor of the layer (featureMap, histogram, tensor): 'output' (default), "
-           "'inputs', 'grad_output', 'grad_input' (those three at a stop in the layer) or 'grad' (a parameter "
-           "gradient stop), optionally indexed: 'grad_output[0]'", True),
-    ), (
-        _f("png", "bin", "the PNG bytes"),
-        _f("width", "int", "pixels"),
-        _f("height", "int", "pixels"),
-        _f("meta", "map", "what the image shows: value range, channel order, NaN/Inf counts...; "
-           "meta.of = {layer, tensor, step, phase, note?}: what the image is of"),
-    )),
-    Message("addIntervention", "request", "toBackend",
-            "Change a layer's activations without editing code.", (
-        _f("layer", "str", "qualified module name"),
-        _f("kind", "str", "one of INTERVENTIONS"),
-        _f("model", "str", "model id", True),
-        _f("channels", "list", "channel (or head) indices for zero_channels", True),
-        _f("value", "float", "scale factor or noise std", True),
-    ), (
-        _f("id", "str", "intervention id"),
-    )),
-    Message("removeIntervention", "request", "toBackend",
-            "Remove one intervention, or all when 'intervention' is absent.", (
-        # Not named 'id': that field is the request id (an int) on every request.
-        _f("intervention", "str", "intervention id (from addIntervention's reply)", True),
-    ), (
-        _f("removed", "int", "number removed"),
-    )),
-    Message("listInterventions", "request", "toBackend", "Active interventions.", (), (
-        _f("interventions", "list", "[{id, layer, kind, channels?, value?}]"),
-    )),
-    Message("inspectValue", "request", "toBackend",
-            "Summarize (and optionally render) a tensor the debugger names by expression in a paused frame.", (
-        _f("expression", "str", "expression evaluated in the paused hit frame; with 'handle', only its label"),
-        _f("options", "map", "render options: {view: 'slice' | 'featureMap' | 'summary', axes: [row, col], "
-           "index: {axis: position}, batch, page, per_page, channel, shared_scale, cmap}", True),
-        _f("handle", "str", "a value published from any paused frame through DAP evaluate of "
-           "hookscope.debugger.inspector.publish(expression, handle); nothing is evaluated then", True),
-    ), (
-        _f("summary", "map", "TensorSummary"),
-        _f("png", "bin", "an image of the selected 2-D slice", True),
-        _f("path", "str", "where the tensor sits in the published value ('batch.image', 'out[0]')", True),
-        _f("width", "int", "image pixels", True),
-        _f("height", "int", "image pixels", True),
-        _f("meta", "map", "what the image shows (range, axes, index, NaN/Inf counts, grid)", True),
-        _f("values", "bin", "the displayed slice's values, float32 little-endian, row-major", True),
-        _f("valuesShape", "list", "[rows, cols] of 'values'", True),
-        _f("valuesStep", "list", "[row step, col step]: values[i][j] is the slice's element (i*step0, j*step1)",
-           True),
-    )),
-    Message("releaseInspected", "request", "toBackend",
-            "Forget values published for inspectValue (the program resumed).", (
-        _f("handles", "list", "handles to drop; all when absent", True),
-    ), (
-        _f("released", "int", "how many were held"),
-    )),
+    Message("ping", "request", "toBackend", "Liveness check.", (), (_f("pid", "int", "process id"),)),
+    Message(
+        "setBreakpoints",
+        "request",
+        "toBackend",
+        "Replace the whole set of layer breakpoints.",
+        (_f("breakpoints", "list", "BreakpointSpec list"),),
+        (_f("resolved", "list", "[{id, layers: [qualified names], error?}]"),),
+    ),
+    Message(
+        "resolveLayers",
+        "request",
+        "toBackend",
+        "Which layers a breakpoint spec means, in every model, without setting anything: the one "
+        "answer to 'which layers does this line mean' (definition lines and call sites), also for "
+        "names, globs and classes.",
+        (_f("spec", "map", "a BreakpointSpec's layer / cls / file + line (id, phases and condition are ignored)"),),
+        (_f("layers", "list", "[{model, layer, cls}] in each model's named_modules() order"),),
+    ),
+    Message(
+        "setBreakOnNonFinite",
+        "request",
+        "toBackend",
+        "Break at the first layer that produces NaN/Inf (forward or backward).",
+        (_f("enabled", "bool", "on or off"),),
+        (_f("enabled", "bool", "the state now"),),
+    ),
+    Message(
+        "setBreakOnGradients",
+        "request",
+        "toBackend",
+        "Break on exploding gradients (some parameter's gradient norm above 'exploding') and on vanishing "
+        "gradients (some layer's gradient norm below 'vanishing'), checked once per step at the end of the "
+        "backward; a threshold left out turns that switch off. Hits have breakpoint 'gradients'.",
+        (
+            _f("exploding", "float", "gradient norm threshold per parameter; absent: off", True),
+            _f("vanishing", "float", "gradient norm threshold per layer; absent: off", True),
+        ),
+        (
+            _f("exploding", "float", "the threshold now (absent: off)", True),
+            _f("vanishing", "float", "the threshold now (absent: off)", True),
+        ),
+    ),
+    Message(
+        "setCompiledEager",
+        "request",
+        "toBackend",
+        "Run torch.compile'd code eagerly while debugging, so layer hooks inside compiled modules "
+        "fire (torch.compiler.set_stance('force_eager')); off restores the stance it replaced.",
+        (_f("enabled", "bool", "on or off"),),
+        (_f("enabled", "bool", "whether compiled code runs eagerly now"),),
+    ),
+    Message(
+        "watch",
+        "request",
+        "toBackend",
+        "Stream summaries of these layers (empty list: stop).",
+        (
+            _f("layers", "list", "qualified names"),
+            _f("model", "str", "model id; default the first model", True),
+            _f("rateHz", "float", "most updates per second per layer", True),
+        ),
+        (_f("layers", "list", "names now watched"),),
+    ),
+    Message(
+        "getSummaries",
+        "request",
+        "toBackend",
+        "Last summaries of a layer and its parameters' gradients.",
+        (
+            _f("layer", "str", "qualified module name"),
+            _f("model", "str", "model id; default the first model", True),
+        ),
+        (
+            _f("layer", "str", "qualified module name"),
+            _f("tensors", "list", "TensorSummary list (inputs, outputs, gradients, parameter grads)"),
+            _f("step", "int", "the step they were taken at; " + STEP_MEANING),
+        ),
+    ),
+    Message(
+        "getParamGrads",
+        "request",
+        "toBackend",
+        "Summaries of every parameter's .grad of a model.",
+        (_f("model", "str", "model id; default the first model", True),),
+        (_f("params", "list", "[{name, shape, norm, mean, absmax, nan, inf}]"),),
+    ),
+    Message(
+        "listHooks",
+        "request",
+        "toBackend",
+        "Every hook on the watched models, Hookscope's and the user's.",
+        (_f("model", "str", "model id; default all", True),),
+        (
+            _f("hooks", "list", "[{module, kind, owner, function, file, line}]"),
+            _f("leaks", "list", "[{module, kind, function, counts}] hooks whose count keeps growing"),
+        ),
+    ),
+    Message(
+        "removeHooks",
+        "request",
+        "toBackend",
+        "Remove every Hookscope hook now.",
+        (),
+        (_f("removed", "int", "number of hooks removed"),),
+    ),
+    Message(
+        "render",
+        "request",
+        "toBackend",
+        "Render an image of a layer's tensors (feature map, attention, Grad-CAM, gradient flow, histogram).",
+        (
+            _f("view", "str", "'featureMap' | 'attention' | 'gradCam' | 'gradientFlow' | 'histogram' | 'tensor'"),
+            _f("layer", "str", "qualified module name", True),
+            _f("model", "str", "model id", True),
+            _f("options", "map", "view-specific options (channel page, batch item, colormap, target class...)", True),
+            _f(
+                "tensor",
+                "str",
+                "which tensor of the layer (featureMap, histogram, tensor): 'output' (default), "
+                "'inputs', 'grad_output', 'grad_input' (those three at a stop in the layer) or 'grad' (a parameter "
+                "gradient stop), optionally indexed: 'grad_output[0]'",
+                True,
+            ),
+        ),
+        (
+            _f("png", "bin", "the PNG bytes"),
+            _f("width", "int", "pixels"),
+            _f("height", "int", "pixels"),
+            _f(
+                "meta",
+                "map",
+                "what the image shows: value range, channel order, NaN/Inf counts...; "
+                "meta.of = {layer, tensor, step, phase, note?}: what the image is of",
+            ),
+        ),
+    ),
+    Message(
+        "addIntervention",
+        "request",
+        "toBackend",
+        "Change a layer's activations without editing code.",
+        (
+            _f("layer", "str", "qualified module name"),
+            _f("kind", "str", "one of INTERVENTIONS"),
+            _f("model", "str", "model id", True),
+            _f("channels", "list", "channel (or head) indices for zero_channels", True),
+            _f("value", "float", "scale factor or noise std", True),
+        ),
+        (_f("id", "str", "intervention id"),),
+    ),
+    Message(
+        "removeIntervention",
+        "request",
+        "toBackend",
+        "Remove one intervention, or all when 'intervention' is absent.",
+        (
+            # Not named 'id': that field is the request id (an int) on every request.
+            _f("intervention", "str", "intervention id (from addIntervention's reply)", True),
+        ),
+        (_f("removed", "int", "number removed"),),
+    ),
+    Message(
+        "listInterventions",
+        "request",
+        "toBackend",
+        "Active interventions.",
+        (),
+        (_f("interventions", "list", "[{id, layer, kind, channels?, value?}]"),),
+    ),
+    Message(
+        "inspectValue",
+        "request",
+        "toBackend",
+        "Summarize (and optionally render) a tensor the debugger names by expression in a paused frame.",
+        (
+            _f("expression", "str", "expression evaluated in the paused hit frame; with 'handle', only its label"),
+            _f(
+                "options",
+                "map",
+                "render options: {view: 'slice' | 'featureMap' | 'summary', axes: [row, col], "
+                "index: {axis: position}, batch, page, per_page, channel, shared_scale, cmap}",
+                True,
+            ),
+            _f(
+                "handle",
+                "str",
+                "a value published from any paused frame through DAP evaluate of "
+                "hookscope.debugger.inspector.publish(expression, handle); nothing is evaluated then",
+                True,
+            ),
+        ),
+        (
+            _f("summary", "map", "TensorSummary"),
+            _f("png", "bin", "an image of the selected 2-D slice", True),
+            _f("path", "str", "where the tensor sits in the published value ('batch.image', 'out[0]')", True),
+            _f("width", "int", "image pixels", True),
+            _f("height", "int", "image pixels", True),
+            _f("meta", "map", "what the image shows (range, axes, index, NaN/Inf counts, grid)", True),
+            _f("values", "bin", "the displayed slice's values, float32 little-endian, row-major", True),
+            _f("valuesShape", "list", "[rows, cols] of 'values'", True),
+            _f(
+                "valuesStep",
+                "list",
+                "[row step, col step]: values[i][j] is the slice's element (i*step0, j*step1)",
+                True,
+            ),
+        ),
+    ),
+    Message(
+        "releaseInspected",
+        "request",
+        "toBackend",
+        "Forget values published for inspectValue (the program resumed).",
+        (_f("handles", "list", "handles to drop; all when absent", True),),
+        (_f("released", "int", "how many were held"),),
+    ),
     Message("bye", "event", "toBackend", "The editor is going away: remove all hooks and resume."),
 )
 
@@ -351,62 +526,79 @@ MESSAGES: tuple[Message, ...] = (
 @dataclass(frozen=True)
 class Struct:
     """A map shape used inside messages (mirrored as a TypeScript interface)."""
+
     name: str
     doc: str
     fields: tuple[Field, ...]
 
 
 STRUCTS: tuple[Struct, ...] = (
-    Struct("ModuleInfo", "One entry of a model's named_modules().", (
-        _f("name", "str", "qualified name ('' for the root)"),
-        _f("cls", "str", "class name"),
-        _f("params", "int", "parameters owned directly (not recursively)"),
-        _f("totalParams", "int", "parameters including submodules"),
-        _f("file", "str", "source file of the line that created it in its parent", True),
-        _f("line", "int", "1-based line of that creation", True),
-        _f("leaf", "bool", "has no submodules"),
-        _f("compiled", "bool", "inside a torch.compile'd module: hooks may not fire", True),
-    )),
-    Struct("ModelTree", "A model root and its modules.", (
-        _f("id", "str", "stable id within the process"),
-        _f("name", "str", "variable name or class name"),
-        _f("cls", "str", "class name of the root"),
-        _f("params", "int", "total parameters"),
-        _f("modules", "list", "ModuleInfo list, in named_modules() order"),
-    )),
-    Struct("TensorSummary", "Statistics of one tensor, computed on its device.", (
-        _f("path", "str", "where it sits: 'output', 'inputs[0]', 'grad_output[0]', 'weight.grad'..."),
-        _f("shape", "list", "sizes"),
-        _f("dtype", "str", "e.g. 'float32'"),
-        _f("device", "str", "e.g. 'cpu', 'cuda:0'"),
-        _f("numel", "int", "number of elements"),
-        _f("mean", "float", "mean of the finite values", True),
-        _f("std", "float", "standard deviation of the finite values", True),
-        _f("min", "float", "smallest finite value", True),
-        _f("max", "float", "largest finite value", True),
-        _f("absmax", "float", "largest finite absolute value", True),
-        _f("norm", "float", "L2 norm of the finite values", True),
-        _f("nan", "int", "NaN count"),
-        _f("posinf", "int", "+Inf count"),
-        _f("neginf", "int", "-Inf count"),
-        _f("zeroFrac", "float", "fraction of exact zeros", True),
-        _f("hist", "map", "{lo, hi, counts: list[int]} over the finite values", True),
-        _f("note", "str", "why stats are missing (sparse, quantized, meta, not a tensor...)", True),
-        _f("sampled", "bool", "stats come from an on-device sample of a huge tensor", True),
-    )),
-    Struct("BreakpointSpec", "A layer breakpoint as the editor sends it.", (
-        _f("id", "str", "editor-side id"),
-        _f("layer", "str", "qualified name or glob ('layer*.conv1')", True),
-        _f("cls", "str", "class name ('Conv2d')", True),
-        _f("file", "str", "source file of a definition or call site", True),
-        _f("line", "int", "1-based line in that file", True),
-        _f("phases", "list", "subset of PHASES"),
-        _f("condition", "map", "{kind: one of CONDITIONS, threshold?, expression?}", True),
-        _f("hitCount", "int", "pause on the Nth hit only", True),
-        _f("every", "int", "pause on every Nth hit", True),
-        _f("enabled", "bool", "disabled breakpoints keep their place but install no hook", True),
-        _f("action", "str", "without a debugger: 'log' | 'raise' (default log)", True),
-    )),
+    Struct(
+        "ModuleInfo",
+        "One entry of a model's named_modules().",
+        (
+            _f("name", "str", "qualified name ('' for the root)"),
+            _f("cls", "str", "class name"),
+            _f("params", "int", "parameters owned directly (not recursively)"),
+            _f("totalParams", "int", "parameters including submodules"),
+            _f("file", "str", "source file of the line that created it in its parent", True),
+            _f("line", "int", "1-based line of that creation", True),
+            _f("leaf", "bool", "has no submodules"),
+            _f("compiled", "bool", "inside a torch.compile'd module: hooks may not fire", True),
+        ),
+    ),
+    Struct(
+        "ModelTree",
+        "A model root and its modules.",
+        (
+            _f("id", "str", "stable id within the process"),
+            _f("name", "str", "variable name or class name"),
+            _f("cls", "str", "class name of the root"),
+            _f("params", "int", "total parameters"),
+            _f("modules", "list", "ModuleInfo list, in named_modules() order"),
+        ),
+    ),
+    Struct(
+        "TensorSummary",
+        "Statistics of one tensor, computed on its device.",
+        (
+            _f("path", "str", "where it sits: 'output', 'inputs[0]', 'grad_output[0]', 'weight.grad'..."),
+            _f("shape", "list", "sizes"),
+            _f("dtype", "str", "e.g. 'float32'"),
+            _f("device", "str", "e.g. 'cpu', 'cuda:0'"),
+            _f("numel", "int", "number of elements"),
+            _f("mean", "float", "mean of the finite values", True),
+            _f("std", "float", "standard deviation of the finite values", True),
+            _f("min", "float", "smallest finite value", True),
+            _f("max", "float", "largest finite value", True),
+            _f("absmax", "float", "largest finite absolute value", True),
+            _f("norm", "float", "L2 norm of the finite values", True),
+            _f("nan", "int", "NaN count"),
+            _f("posinf", "int", "+Inf count"),
+            _f("neginf", "int", "-Inf count"),
+            _f("zeroFrac", "float", "fraction of exact zeros", True),
+            _f("hist", "map", "{lo, hi, counts: list[int]} over the finite values", True),
+            _f("note", "str", "why stats are missing (sparse, quantized, meta, not a tensor...)", True),
+            _f("sampled", "bool", "stats come from an on-device sample of a huge tensor", True),
+        ),
+    ),
+    Struct(
+        "BreakpointSpec",
+        "A layer breakpoint as the editor sends it.",
+        (
+            _f("id", "str", "editor-side id"),
+            _f("layer", "str", "qualified name or glob ('layer*.conv1')", True),
+            _f("cls", "str", "class name ('Conv2d')", True),
+            _f("file", "str", "source file of a definition or call site", True),
+            _f("line", "int", "1-based line in that file", True),
+            _f("phases", "list", "subset of PHASES"),
+            _f("condition", "map", "{kind: one of CONDITIONS, threshold?, expression?}", True),
+            _f("hitCount", "int", "pause on the Nth hit only", True),
+            _f("every", "int", "pause on every Nth hit", True),
+            _f("enabled", "bool", "disabled breakpoints keep their place but install no hook", True),
+            _f("action", "str", "without a debugger: 'log' | 'raise' (default log)", True),
+        ),
+    ),
 )
 
 MESSAGES_BY_TYPE: dict[str, Message] = {m.type: m for m in MESSAGES}
@@ -457,8 +649,8 @@ def validate(msg: Any) -> Message:
             raise ProtocolError(ERR_BAD_MESSAGE, f"{mtype}: missing field {f.name!r} ({f.type})")
         if not _check_type(msg[f.name], f.type):
             raise ProtocolError(
-                ERR_BAD_MESSAGE,
-                f"{mtype}: field {f.name!r} must be {f.type}, got {type(msg[f.name]).__name__}")
+                ERR_BAD_MESSAGE, f"{mtype}: field {f.name!r} must be {f.type}, got {type(msg[f.name]).__name__}"
+            )
     if definition.kind == "request" and definition.direction == "toBackend":
         check_bounds(msg)
     return definition
@@ -500,68 +692,115 @@ class _Bound:
 
 
 def _int(lo: int, hi: int) -> _Bound:
-    return _Bound(f"an integer from {lo} to {hi}",
-                  lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi)
+    return _Bound(
+        f"an integer from {lo} to {hi}", lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+    )
 
 
 def _number(lo: float, hi: float) -> _Bound:
-    return _Bound(f"a number from {lo:g} to {hi:g}",
-                  lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi)
+    return _Bound(
+        f"a number from {lo:g} to {hi:g}",
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi,
+    )
 
 
 _BOOL = _Bound("true or false", lambda v: isinstance(v, bool))
-_CMAP = _Bound(f"a colormap name (at most {COLORMAP_NAME_CHARS} characters)",
-               lambda v: isinstance(v, str) and 0 < len(v) <= COLORMAP_NAME_CHARS)
+_CMAP = _Bound(
+    f"a colormap name (at most {COLORMAP_NAME_CHARS} characters)",
+    lambda v: isinstance(v, str) and 0 < len(v) <= COLORMAP_NAME_CHARS,
+)
 _POSITION = _int(0, MAX_POSITION)
 _SIGNED_POSITION = _int(-MAX_POSITION, MAX_POSITION)
-_AXES = _Bound(f"two axis numbers from {-MAX_AXES} to {MAX_AXES - 1}",
-               lambda v: isinstance(v, (list, tuple)) and len(v) == 2
-               and all(_int(-MAX_AXES, MAX_AXES - 1).ok(a) for a in v))
-_INDEX = _Bound(f"positions by axis (at most {MAX_AXES})",
-                lambda v: (isinstance(v, dict) and len(v) <= MAX_AXES
-                           and all(str(k).lstrip("-").isdigit() and _SIGNED_POSITION.ok(x) for k, x in v.items()))
-                or (isinstance(v, (list, tuple)) and len(v) <= MAX_AXES and all(_SIGNED_POSITION.ok(x) for x in v))
-                or _SIGNED_POSITION.ok(v))
+_AXES = _Bound(
+    f"two axis numbers from {-MAX_AXES} to {MAX_AXES - 1}",
+    lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(_int(-MAX_AXES, MAX_AXES - 1).ok(a) for a in v),
+)
+_INDEX = _Bound(
+    f"positions by axis (at most {MAX_AXES})",
+    lambda v: (
+        (
+            isinstance(v, dict)
+            and len(v) <= MAX_AXES
+            and all(str(k).lstrip("-").isdigit() and _SIGNED_POSITION.ok(x) for k, x in v.items())
+        )
+        or (isinstance(v, (list, tuple)) and len(v) <= MAX_AXES and all(_SIGNED_POSITION.ok(x) for x in v))
+        or _SIGNED_POSITION.ok(v)
+    ),
+)
 
 
 def _labels_ok(v: Any) -> bool:
     def axis(labels: Any) -> bool:
-        return isinstance(labels, (list, tuple)) and len(labels) <= MAX_LABELS \
-            and all(isinstance(x, str) for x in labels)
+        return (
+            isinstance(labels, (list, tuple)) and len(labels) <= MAX_LABELS and all(isinstance(x, str) for x in labels)
+        )
+
     return axis(v) or (isinstance(v, (list, tuple)) and len(v) == 2 and all(axis(x) for x in v))
 
 
-_FEATURE_MAP = {"batch": _POSITION, "page": _POSITION, "per_page": _int(1, MAX_PER_PAGE),
-                "shared_scale": _BOOL, "sort_by_strength": _BOOL, "cmap": _CMAP, "channel": _POSITION,
-                "min_tile": _int(1, MAX_TILE_PX), "gap": _int(0, MAX_GAP_PX)}
+_FEATURE_MAP = {
+    "batch": _POSITION,
+    "page": _POSITION,
+    "per_page": _int(1, MAX_PER_PAGE),
+    "shared_scale": _BOOL,
+    "sort_by_strength": _BOOL,
+    "cmap": _CMAP,
+    "channel": _POSITION,
+    "min_tile": _int(1, MAX_TILE_PX),
+    "gap": _int(0, MAX_GAP_PX),
+}
 
 RENDER_OPTIONS: dict[str, dict[str, _Bound]] = {
     "featureMap": _FEATURE_MAP,
     "tensor": {"axes": _AXES, "index": _INDEX, "cmap": _CMAP},
-    "histogram": {"bins": _int(1, MAX_HISTOGRAM_BINS), "log": _BOOL,
-                  "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200)},
-    "attention": {"head": _Bound(f"a head number (0 to {MAX_POSITION}) or 'mean'",
-                                 lambda v: _POSITION.ok(v) or v in ("avg", "mean", "average")),
-                  "labels": _Bound(f"a list of at most {MAX_LABELS} strings, or two such lists", _labels_ok),
-                  "batch": _POSITION, "cmap": _CMAP, "min_tile": _int(1, MAX_TILE_PX), "gap": _int(0, MAX_GAP_PX)},
-    "gradCam": {"target": _Bound(f"a class number (0 to {MAX_POSITION}) or a list of at most {MAX_LABELS}",
-                                 lambda v: _POSITION.ok(v) or (isinstance(v, (list, tuple)) and len(v) <= MAX_LABELS
-                                                              and all(_POSITION.ok(x) for x in v))),
-                "batch": _POSITION, "alpha": _number(0.0, 1.0), "cmap": _CMAP, "eval_mode": _BOOL,
-                "token_grid": _Bound("two sizes from 1 to 4096",
-                                     lambda v: isinstance(v, (list, tuple)) and len(v) == 2
-                                     and all(_int(1, 4096).ok(x) for x in v))},
-    "gradientFlow": {"vanishing": _number(0.0, 1e30), "exploding": _number(0.0, 1e30),
-                     "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200),
-                     "metric": _Bound("'mean' or 'norm'", lambda v: v in ("mean", "norm")),
-                     "highlight": _Bound("a layer name (at most 200 characters)",
-                                         lambda v: isinstance(v, str) and len(v) <= 200)},
+    "histogram": {
+        "bins": _int(1, MAX_HISTOGRAM_BINS),
+        "log": _BOOL,
+        "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200),
+    },
+    "attention": {
+        "head": _Bound(
+            f"a head number (0 to {MAX_POSITION}) or 'mean'",
+            lambda v: _POSITION.ok(v) or v in ("avg", "mean", "average"),
+        ),
+        "labels": _Bound(f"a list of at most {MAX_LABELS} strings, or two such lists", _labels_ok),
+        "batch": _POSITION,
+        "cmap": _CMAP,
+        "min_tile": _int(1, MAX_TILE_PX),
+        "gap": _int(0, MAX_GAP_PX),
+    },
+    "gradCam": {
+        "target": _Bound(
+            f"a class number (0 to {MAX_POSITION}) or a list of at most {MAX_LABELS}",
+            lambda v: (
+                _POSITION.ok(v)
+                or (isinstance(v, (list, tuple)) and len(v) <= MAX_LABELS and all(_POSITION.ok(x) for x in v))
+            ),
+        ),
+        "batch": _POSITION,
+        "alpha": _number(0.0, 1.0),
+        "cmap": _CMAP,
+        "eval_mode": _BOOL,
+        "token_grid": _Bound(
+            "two sizes from 1 to 4096",
+            lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(_int(1, 4096).ok(x) for x in v),
+        ),
+    },
+    "gradientFlow": {
+        "vanishing": _number(0.0, 1e30),
+        "exploding": _number(0.0, 1e30),
+        "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200),
+        "metric": _Bound("'mean' or 'norm'", lambda v: v in ("mean", "norm")),
+        "highlight": _Bound("a layer name (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200),
+    },
 }
 """The options each ``render`` view accepts, and their bounds; anything else is refused."""
 
 INSPECT_OPTIONS: dict[str, _Bound] = {
     "view": _Bound("'slice', 'featureMap' or 'summary'", lambda v: v in ("slice", "featureMap", "summary")),
-    "axes": _AXES, "index": _INDEX, **_FEATURE_MAP,
+    "axes": _AXES,
+    "index": _INDEX,
+    **_FEATURE_MAP,
 }
 """The options ``inspectValue`` accepts."""
 
@@ -582,13 +821,16 @@ def check_bounds(msg: dict[str, Any]) -> None:
         if rate is not None and not (0 < rate <= MAX_RATE_HZ):
             raise ProtocolError(ERR_BAD_MESSAGE, f"watch: rateHz must be > 0 and at most {MAX_RATE_HZ:g}, got {rate!r}")
     elif mtype == "setBreakpoints" and len(msg["breakpoints"]) > MAX_BREAKPOINTS:
-        raise ProtocolError(ERR_BAD_MESSAGE, f"setBreakpoints: {len(msg['breakpoints'])} breakpoints, "
-                            f"at most {MAX_BREAKPOINTS}")
+        raise ProtocolError(
+            ERR_BAD_MESSAGE, f"setBreakpoints: {len(msg['breakpoints'])} breakpoints, at most {MAX_BREAKPOINTS}"
+        )
     elif mtype == "addIntervention":
         channels, value = msg.get("channels"), msg.get("value")
         if channels is not None and (len(channels) > MAX_CHANNEL_LIST or not all(_POSITION.ok(c) for c in channels)):
-            raise ProtocolError(ERR_BAD_MESSAGE, f"addIntervention: channels must be at most {MAX_CHANNEL_LIST} "
-                                f"integers from 0 to {MAX_POSITION}")
+            raise ProtocolError(
+                ERR_BAD_MESSAGE,
+                f"addIntervention: channels must be at most {MAX_CHANNEL_LIST} integers from 0 to {MAX_POSITION}",
+            )
         if value is not None and not math.isfinite(value):
             raise ProtocolError(ERR_BAD_MESSAGE, "addIntervention: value must be a finite number")
     elif mtype == "releaseInspected":
@@ -603,12 +845,14 @@ def _check_sizes(mtype: str, msg: dict[str, Any]) -> None:
     while stack:
         where, value = stack.pop()
         if isinstance(value, str) and len(value) > MAX_STRING:
-            raise ProtocolError(ERR_BAD_MESSAGE, f"{mtype}: {where[:64]} is a string of {len(value)} characters, "
-                                f"at most {MAX_STRING}")
+            raise ProtocolError(
+                ERR_BAD_MESSAGE, f"{mtype}: {where[:64]} is a string of {len(value)} characters, at most {MAX_STRING}"
+            )
         if isinstance(value, (list, tuple)):
             if len(value) > MAX_LIST:
-                raise ProtocolError(ERR_BAD_MESSAGE, f"{mtype}: {where[:64]} has {len(value)} entries, "
-                                    f"at most {MAX_LIST}")
+                raise ProtocolError(
+                    ERR_BAD_MESSAGE, f"{mtype}: {where[:64]} has {len(value)} entries, at most {MAX_LIST}"
+                )
             stack.extend((where, v) for v in value)
         elif isinstance(value, dict):
             stack.extend((f"{where}.{k}", v) for k, v in value.items())
@@ -620,11 +864,13 @@ def _check_options(what: str, options: Any, allowed: dict[str, _Bound]) -> None:
     for name, value in options.items():
         bound = allowed.get(name)
         if bound is None:
-            raise ProtocolError(ERR_BAD_MESSAGE, f"{what}: unknown option {str(name)[:32]!r} "
-                                f"(allowed: {', '.join(sorted(allowed))})")
+            raise ProtocolError(
+                ERR_BAD_MESSAGE, f"{what}: unknown option {str(name)[:32]!r} (allowed: {', '.join(sorted(allowed))})"
+            )
         if value is not None and not bound.ok(value):
-            raise ProtocolError(ERR_BAD_MESSAGE, f"{what}: option {name!r} must be {bound.describe}, "
-                                f"got {_short(value)}")
+            raise ProtocolError(
+                ERR_BAD_MESSAGE, f"{what}: option {name!r} must be {bound.describe}, got {_short(value)}"
+            )
 
 
 def _short(value: Any) -> str:

@@ -12,8 +12,14 @@ from pathlib import Path
 from hookscope.link import protocol as p
 
 _TS_TYPES = {
-    "str": "string", "int": "number", "float": "number", "bool": "boolean",
-    "bin": "Uint8Array", "list": "unknown[]", "map": "Record<string, unknown>", "any": "unknown",
+    "str": "string",
+    "int": "number",
+    "float": "number",
+    "bool": "boolean",
+    "bin": "Uint8Array",
+    "list": "unknown[]",
+    "map": "Record<string, unknown>",
+    "any": "unknown",
 }
 # Richer TS types for fields whose shape is a known struct.
 _TS_OVERRIDES = {
@@ -79,15 +85,22 @@ def generate() -> str:
             out.append("  id: number;")
         out += [*_field_lines(m.type, m.fields), "}", ""]
         if m.kind == "request":
-            out += [f"/** Reply body of {m.type}. */", f"export interface {_camel(m.type)}Result {{",
-                    *_field_lines(m.type + "Result", m.reply), "}", ""]
+            out += [
+                f"/** Reply body of {m.type}. */",
+                f"export interface {_camel(m.type)}Result {{",
+                *_field_lines(m.type + "Result", m.reply),
+                "}",
+                "",
+            ]
     to_ext = [m for m in p.MESSAGES if m.direction in ("toExtension",)]
     to_backend = [m for m in p.MESSAGES if m.direction == "toBackend"]
 
     def tname(m: p.Message) -> str:
         return _camel(m.type) + ("Message" if m.kind != "request" else "Request")
 
-    out.append("export type FromBackend = " + " | ".join(tname(m) for m in to_ext + [p.MESSAGES_BY_TYPE["reply"]]) + ";")
+    out.append(
+        "export type FromBackend = " + " | ".join(tname(m) for m in to_ext + [p.MESSAGES_BY_TYPE["reply"]]) + ";"
+    )
     out.append("export type ToBackend = " + " | ".join(tname(m) for m in to_backend) + ";")
     out.append("")
     out.append("/** Request type -> its params (without type/id) and its result. */")
@@ -99,12 +112,15 @@ def generate() -> str:
     out.append("")
     out.append("export type FieldType = 'str' | 'int' | 'float' | 'bool' | 'bin' | 'list' | 'map' | 'any';")
     out.append("export interface FieldSpec { name: string; type: FieldType; optional: boolean }")
-    out.append("export interface MessageSpec { kind: 'event' | 'request' | 'reply'; direction: string; fields: FieldSpec[] }")
+    out.append(
+        "export interface MessageSpec { kind: 'event' | 'request' | 'reply'; direction: string; fields: FieldSpec[] }"
+    )
     out.append("/** Runtime table used by validate() in codec.ts. */")
     out.append("export const MESSAGE_SPECS: Record<string, MessageSpec> = {")
     for m in p.MESSAGES:
         fields = ", ".join(
-            f"{{ name: '{f.name}', type: '{f.type}', optional: {'true' if f.optional else 'false'} }}" for f in m.fields)
+            f"{{ name: '{f.name}', type: '{f.type}', optional: {'true' if f.optional else 'false'} }}" for f in m.fields
+        )
         out.append(f"  {m.type}: {{ kind: '{m.kind}', direction: '{m.direction}', fields: [{fields}] }},")
     out.append("};")
     out.append("")

@@ -50,7 +50,10 @@ class DocumentState:
         if store.empty:
             return {}
         if self._live is None or self._live[0] != store.generation:
-            self._live = (store.generation, match_layers(self.path, self.analysis.layers, store.summaries_for(self.uri)))
+            self._live = (
+                store.generation,
+                match_layers(self.path, self.analysis.layers, store.summaries_for(self.uri)),
+            )
         return self._live[1]
 
 
@@ -93,10 +96,14 @@ class RangeConverter:
         return self.codec.position_to_client_units(self.lines, types.Position(line=line, character=col))
 
     def range(self, span: Span) -> types.Range:
-        return types.Range(start=self.position(span.start_line, span.start_col), end=self.position(span.end_line, span.end_col))
+        return types.Range(
+            start=self.position(span.start_line, span.start_col), end=self.position(span.end_line, span.end_col)
+        )
 
     def from_client(self, position: types.Position) -> tuple[int, int]:
         if 0 <= position.line < len(self.lines) and self.lines[position.line].isascii():
             return position.line, position.character
-        server = self.codec.position_from_client_units(self.lines, types.Position(line=position.line, character=position.character))
+        server = self.codec.position_from_client_units(
+            self.lines, types.Position(line=position.line, character=position.character)
+        )
         return server.line, server.character

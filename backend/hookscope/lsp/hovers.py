@@ -21,7 +21,9 @@ def build_hover(
         return None
     layer, span = found
     return types.Hover(
-        contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=hover_markdown(layer, live.get(id(layer), []))),
+        contents=types.MarkupContent(
+            kind=types.MarkupKind.Markdown, value=hover_markdown(layer, live.get(id(layer), []))
+        ),
         range=converter.range(span),
     )
 

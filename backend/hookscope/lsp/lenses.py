@@ -57,12 +57,12 @@ def build_lens_set(
     return LensSet(unresolved, resolved)
 
 
-def build_lenses(state: DocumentState, converter: RangeConverter, live: dict[int, list[LiveSummary]]) -> list[dict[str, Any]]:
+def build_lenses(
+    state: DocumentState, converter: RangeConverter, live: dict[int, list[LiveSummary]]
+) -> list[dict[str, Any]]:
     """The document's lenses with their commands, as LSP JSON ``CodeLens`` objects."""
     analysis = state.analysis
-    sites = [
-        LensSite(d, d.line, _range_json(converter.range(d.name_span)), "definition") for d in analysis.layers
-    ] + [
+    sites = [LensSite(d, d.line, _range_json(converter.range(d.name_span)), "definition") for d in analysis.layers] + [
         LensSite(c.layer, c.line, _range_json(converter.range(c.attribute_span)), "call") for c in analysis.calls
     ]
     layers_per_line: dict[int, int] = {}
@@ -73,7 +73,9 @@ def build_lenses(state: DocumentState, converter: RangeConverter, live: dict[int
         prefix = f"{site.layer.display_name}: " if layers_per_line[site.line] > 1 else ""
         location = _location(state.uri, site)
         for phase, title in (("forward", "Break on forward"), ("backward", "Break on backward")):
-            lenses.append(_lens(site.span_range, prefix + title, TOGGLE_BREAKPOINT_COMMAND, {**location, "phase": phase}))
+            lenses.append(
+                _lens(site.span_range, prefix + title, TOGGLE_BREAKPOINT_COMMAND, {**location, "phase": phase})
+            )
         lenses.append(_lens(site.span_range, "Watch", WATCH_COMMAND, location))
         summaries = live.get(id(site.layer))
         if summaries:

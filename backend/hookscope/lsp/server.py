@@ -139,7 +139,9 @@ class HookscopeLanguageServer(LanguageServer):
         state = self.state(uri)
         if state.lenses is None or state.lenses[0] != self.live.generation:
             with collection_paused():
-                lens_set = build_lens_set(state, self.converter(state), state.live_matches(self.live), self.document_key(uri))
+                lens_set = build_lens_set(
+                    state, self.converter(state), state.live_matches(self.live), self.document_key(uri)
+                )
             state.lenses = (self.live.generation, lens_set)
         return state, state.lenses[1]
 
@@ -193,7 +195,9 @@ class HookscopeLanguageServer(LanguageServer):
                     message=finding.message,
                     severity=LSP_SEVERITY[severity],
                     code=finding.code,
-                    code_description=types.CodeDescription(href=f"{self.docs_url}#{rule.anchor}") if self.docs_url else None,
+                    code_description=types.CodeDescription(href=f"{self.docs_url}#{rule.anchor}")
+                    if self.docs_url
+                    else None,
                     source=SOURCE,
                     tags=[types.DiagnosticTag.Deprecated] if finding.deprecated else None,
                     data={"rule": rule.name, "fixable": finding.fix is not None},
@@ -210,7 +214,9 @@ class HookscopeLanguageServer(LanguageServer):
     def apply_settings(self, raw: Any) -> None:
         self.settings = DiagnosticSettings.from_settings(raw)
         for problem in self.settings.problems:
-            self.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=f"hookscope.diagnostics: {problem}"))
+            self.window_log_message(
+                types.LogMessageParams(type=types.MessageType.Warning, message=f"hookscope.diagnostics: {problem}")
+            )
 
     # -- live summaries ---------------------------------------------------------------
 
@@ -317,7 +323,11 @@ async def on_code_action(ls: HookscopeLanguageServer, params: types.CodeActionPa
     converter = ls.converter(state)
     first, _ = converter.from_client(params.range.start)
     last, _ = converter.from_client(params.range.end)
-    context = {(d.code, d.range.start.line, d.range.start.character): d for d in params.context.diagnostics if d.source == SOURCE}
+    context = {
+        (d.code, d.range.start.line, d.range.start.character): d
+        for d in params.context.diagnostics
+        if d.source == SOURCE
+    }
     actions = []
     for finding in state.findings:
         if finding.fix is None or ls.severity_of(finding) is None or not finding.span.overlaps_lines(first, last):

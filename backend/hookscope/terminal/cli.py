@@ -31,7 +31,7 @@ EXIT_STOPPED_AT_HIT = 3
 """Exit status of ``--stop-on-hit`` when a breakpoint fired."""
 EXIT_USAGE = 2
 
-SPEC_HELP = """\
+SPEC_HELP = f"""\
 breakpoint SPEC syntax:  WHERE[:PHASES] [if CONDITION] [every N | hit N]
 
   WHERE      a layer's qualified name     layer1.0.conv1
@@ -55,12 +55,20 @@ examples:
   hookscope run --break-on-nonfinite --report out/ train.py
   hookscope run --break-on-exploding 100 --break-on-vanishing 1e-7 train.py
 
-exit status: the program's own, %d when --stop-on-hit ended the run at a hit,
-%d for bad arguments.
-""" % (EXIT_STOPPED_AT_HIT, EXIT_USAGE)
+exit status: the program's own, {EXIT_STOPPED_AT_HIT} when --stop-on-hit ended the run at a hit,
+{EXIT_USAGE} for bad arguments.
+"""
 
-_PHASE_ALIASES = {"pre": "forward_pre", "forward_pre": "forward_pre", "fwd": "forward", "forward": "forward",
-                  "bwd": "backward", "backward": "backward", "grad": "param_grad", "param_grad": "param_grad"}
+_PHASE_ALIASES = {
+    "pre": "forward_pre",
+    "forward_pre": "forward_pre",
+    "fwd": "forward",
+    "forward": "forward",
+    "bwd": "backward",
+    "backward": "backward",
+    "grad": "param_grad",
+    "param_grad": "param_grad",
+}
 _THRESHOLD = re.compile(r"^(grad_norm|absmax)\s*([<>])\s*([-+0-9.eE]+|inf)$")
 _FILE_LINE = re.compile(r"^(?P<file>.+\.pyw?):(?P<line>\d+)(?::(?P<phases>[\w,]+))?$")
 
@@ -150,33 +158,70 @@ def _positive(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hookscope", description="PyTorch layer breakpoints in the terminal.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="hookscope",
+        description="PyTorch layer breakpoints in the terminal.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
-        "run", help="run a script under the debugger with layer breakpoints",
+        "run",
+        help="run a script under the debugger with layer breakpoints",
         description="Run a Python script under debugpy with Hookscope; print each layer breakpoint hit.",
-        epilog=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("--break", dest="breaks", action="append", default=[], metavar="SPEC",
-                     help="a layer breakpoint (repeatable); syntax below")
-    run.add_argument("--break-on-nonfinite", action="store_true",
-                     help="pause at the first layer that produces NaN/Inf (forward or backward)")
-    run.add_argument("--break-on-exploding", type=_positive, metavar="X",
-                     help="pause when some parameter's gradient norm goes above X (checked once per step)")
-    run.add_argument("--break-on-vanishing", type=_positive, metavar="Y",
-                     help="pause when some layer's gradient norm goes below Y (checked once per step)")
-    run.add_argument("--phase", action="append", choices=sorted(_PHASE_ALIASES), default=None,
-                     help="default phase(s) of --break specs that name none (repeatable)")
-    run.add_argument("--json", action="store_true",
-                     help="one JSON object per line on stdout (program output too, as 'output' events)")
+        epilog=SPEC_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "--break",
+        dest="breaks",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a layer breakpoint (repeatable); syntax below",
+    )
+    run.add_argument(
+        "--break-on-nonfinite",
+        action="store_true",
+        help="pause at the first layer that produces NaN/Inf (forward or backward)",
+    )
+    run.add_argument(
+        "--break-on-exploding",
+        type=_positive,
+        metavar="X",
+        help="pause when some parameter's gradient norm goes above X (checked once per step)",
+    )
+    run.add_argument(
+        "--break-on-vanishing",
+        type=_positive,
+        metavar="Y",
+        help="pause when some layer's gradient norm goes below Y (checked once per step)",
+    )
+    run.add_argument(
+        "--phase",
+        action="append",
+        choices=sorted(_PHASE_ALIASES),
+        default=None,
+        help="default phase(s) of --break specs that name none (repeatable)",
+    )
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line on stdout (program output too, as 'output' events)",
+    )
     run.add_argument("--report", metavar="DIR", help="write report.json and index.html of what was seen")
-    run.add_argument("--stop-on-hit", action="store_true",
-                     help=f"end the run at the first hit (exit status {EXIT_STOPPED_AT_HIT})")
+    run.add_argument(
+        "--stop-on-hit", action="store_true", help=f"end the run at the first hit (exit status {EXIT_STOPPED_AT_HIT})"
+    )
     run.add_argument("--python", default=sys.executable, help="interpreter for the script (default: this one)")
-    run.add_argument("--no-just-my-code", dest="just_my_code", action="store_false",
-                     help="let the debugger step into libraries")
-    run.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                     help="how long to wait for the debugger and the agent to start (default 60)")
+    run.add_argument(
+        "--no-just-my-code", dest="just_my_code", action="store_false", help="let the debugger step into libraries"
+    )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long to wait for the debugger and the agent to start (default 60)",
+    )
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     return parser
@@ -209,17 +254,28 @@ class Printer:
         stream.write(text)
         stream.flush()
 
-    def hit(self, number: int, hit: dict[str, Any], model_name: str | None, pid: int | None = None,
-            rank: int | None = None, world_size: int | None = None) -> None:
-        fields = {k: hit.get(k) for k in ("breakpoint", "model", "layer", "phase", "reason", "step",
-                                         "origin", "summaries", "pausing", "op")}
+    def hit(
+        self,
+        number: int,
+        hit: dict[str, Any],
+        model_name: str | None,
+        pid: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        fields = {
+            k: hit.get(k)
+            for k in ("breakpoint", "model", "layer", "phase", "reason", "step", "origin", "summaries", "pausing", "op")
+        }
         if self.as_json:
             self.event("hit", number=number, pid=pid, rank=rank, worldSize=world_size, **fields)
             return
         where = f"{model_name}.{hit['layer']}" if model_name and hit["layer"] else hit["layer"] or model_name
         process = f", rank {rank} of {world_size}" if world_size and world_size > 1 else ""
-        lines = [f"hookscope: hit {number} at {where}  [{hit['phase']}, step {hit['step']}{process}]",
-                 f"  reason: {hit['reason']}" + (f" ({hit['origin']})" if hit.get("origin") else "")]
+        lines = [
+            f"hookscope: hit {number} at {where}  [{hit['phase']}, step {hit['step']}{process}]",
+            f"  reason: {hit['reason']}" + (f" ({hit['origin']})" if hit.get("origin") else ""),
+        ]
         op = hit.get("op")
         if op and op.get("file"):
             lines.append(f"  born at: {op['file']}:{op['line']} in {op.get('function')} ({op.get('op')})")
@@ -227,8 +283,7 @@ class Printer:
         widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
         keep = [i for i in range(len(SUMMARY_COLUMNS)) if any(row[i] for row in rows[1:])] or [0]
         for row in rows:
-            lines.append("  " + "  ".join(row[i].ljust(widths[i]) if i == 0 else row[i].rjust(widths[i])
-                                          for i in keep))
+            lines.append("  " + "  ".join(row[i].ljust(widths[i]) if i == 0 else row[i].rjust(widths[i]) for i in keep))
         self.out.write("\n".join(lines) + "\n")
         self.out.flush()
 
@@ -276,8 +331,14 @@ class Runner:
         default_phases = [_PHASE_ALIASES[p] for p in args.phase] if args.phase else None
         specs = [parse_spec(text, f"b{i + 1}", default_phases) for i, text in enumerate(args.breaks)]
         self.spec_text = {spec["id"]: text for spec, text in zip(specs, args.breaks)}
-        gradients = {k: v for k, v in (("exploding", getattr(args, "break_on_exploding", None)),
-                                       ("vanishing", getattr(args, "break_on_vanishing", None))) if v is not None}
+        gradients = {
+            k: v
+            for k, v in (
+                ("exploding", getattr(args, "break_on_exploding", None)),
+                ("vanishing", getattr(args, "break_on_vanishing", None)),
+            )
+            if v is not None
+        }
         self.state = RunState(specs, args.break_on_nonfinite, gradients)
         self.events: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
         self.report = Report(args.report, [args.script, *args.args]) if args.report else None
@@ -292,13 +353,16 @@ class Runner:
         # A process that could not prove the session token (or speaks another protocol) is refused:
         # say so, it is not the program's own agent being slow.
         self.link.on_refused = lambda why: self.printer.event(
-            "warning", f"hookscope: refused a connection ({why})", message=f"refused a connection: {why}")
+            "warning", f"hookscope: refused a connection ({why})", message=f"refused a connection: {why}"
+        )
         try:
             self.dap = DapClient.start_adapter()  # this interpreter has debugpy; the script may use another
             self.sessions = DebugSessions(
-                self.dap, on_event=lambda client, event: self.events.put(("dap", event, client)),
+                self.dap,
+                on_event=lambda client, event: self.events.put(("dap", event, client)),
                 on_error=lambda text: self.printer.event("warning", f"hookscope: {text}", message=text),
-                timeout=self.args.timeout)
+                timeout=self.args.timeout,
+            )
             self._launch()
             return self._loop()
         except (DapError, TimeoutError) as exc:
@@ -320,20 +384,35 @@ class Runner:
         self.dap.initialize("hookscope-cli")
         env = dict(self.link.env())
         env["PYTHONPATH"] = bootstrap.pythonpath(os.environ.get("PYTHONPATH"))
-        launch = self.dap.send_request("launch", {
-            "name": "hookscope run", "type": "debugpy", "request": "launch",
-            "program": os.path.abspath(self.args.script), "args": self.args.args,
-            "cwd": os.getcwd(), "python": [self.args.python], "console": "internalConsole",
-            "justMyCode": self.args.just_my_code, "env": env,
-            # justMyCode hides a stop made from site-packages; this rule lets Hookscope's through.
-            "rules": [{"module": "hookscope", "include": False}],
-            "redirectOutput": True, "showReturnValue": False,
-        })
+        launch = self.dap.send_request(
+            "launch",
+            {
+                "name": "hookscope run",
+                "type": "debugpy",
+                "request": "launch",
+                "program": os.path.abspath(self.args.script),
+                "args": self.args.args,
+                "cwd": os.getcwd(),
+                "python": [self.args.python],
+                "console": "internalConsole",
+                "justMyCode": self.args.just_my_code,
+                "env": env,
+                # justMyCode hides a stop made from site-packages; this rule lets Hookscope's through.
+                "rules": [{"module": "hookscope", "include": False}],
+                "redirectOutput": True,
+                "showReturnValue": False,
+            },
+        )
         self.dap.wait_event("initialized", timeout=self.args.timeout)
         if is_distributed_launcher([self.args.script, *self.args.args]):
             # torchrun has no agent of its own: each rank connects once the launcher runs.
-            self.printer.event("notice", "hookscope: a distributed launcher: each rank connects when it "
-                               "starts", level="info", message="distributed launcher", code="launcher")
+            self.printer.event(
+                "notice",
+                "hookscope: a distributed launcher: each rank connects when it starts",
+                level="info",
+                message="distributed launcher",
+                code="launcher",
+            )
         else:
             self._wait_for_agent()
         self.dap.request("setExceptionBreakpoints", {"filters": []})
@@ -348,8 +427,11 @@ class Runner:
             conn = self.link.wait_connection(self.args.timeout)
             self._configure(conn)
         except TimeoutError:
-            self.printer.event("warning", "hookscope: the Hookscope agent did not connect; running without "
-                               "layer breakpoints", message="agent did not connect")
+            self.printer.event(
+                "warning",
+                "hookscope: the Hookscope agent did not connect; running without layer breakpoints",
+                message="agent did not connect",
+            )
 
     def _configure(self, conn: BackendConnection) -> None:
         if getattr(conn, "_hookscope_configured", False):
@@ -387,8 +469,9 @@ class Runner:
             self._warn_hit_without_stop()
         self._report_unresolved(final=True)
         code = self.state.exit_code if self.state.exit_code is not None else 1
-        self.printer.event("exited", f"hookscope: the program exited with status {code}", exitCode=code,
-                           hits=self.state.hits)
+        self.printer.event(
+            "exited", f"hookscope: the program exited with status {code}", exitCode=code, hits=self.state.hits
+        )
         return code
 
     def _drain_backend_events(self) -> None:
@@ -425,16 +508,26 @@ class Runner:
             self.state.models[(conn.pid, tree["id"])] = tree
             if self.report is not None:
                 self.report.add_model(tree)
-            self.printer.event("model", f"hookscope: model {tree['name']} ({tree['cls']}, "
-                               f"{len(tree['modules'])} modules, {tree['params']:,} parameters)",
-                               pid=conn.pid, model=tree)
+            self.printer.event(
+                "model",
+                f"hookscope: model {tree['name']} ({tree['cls']}, "
+                f"{len(tree['modules'])} modules, {tree['params']:,} parameters)",
+                pid=conn.pid,
+                model=tree,
+            )
             self._resolve_again(conn)
         elif mtype == "hit":
             self.state.hits += 1
             self.state.fired.add(str(message.get("breakpoint")))
             tree = self.state.models.get((conn.pid, message.get("model")))
-            self.printer.hit(self.state.hits, message, tree["name"] if tree else None, conn.pid,
-                             conn.hello.get("rank"), conn.hello.get("worldSize"))
+            self.printer.hit(
+                self.state.hits,
+                message,
+                tree["name"] if tree else None,
+                conn.pid,
+                conn.hello.get("rank"),
+                conn.hello.get("worldSize"),
+            )
             if message.get("pausing"):
                 self.state.pending_hits.append((conn, message, time.monotonic()))
             else:
@@ -444,9 +537,13 @@ class Runner:
         elif mtype == "notice":
             if message.get("code") == "breakpointUnresolved":
                 return  # the CLI reports unresolved specs itself, once models are known
-            self.printer.event("notice", f"hookscope: {message.get('level')}: {message.get('message')}",
-                               level=message.get("level"), message=message.get("message"),
-                               code=message.get("code"))
+            self.printer.event(
+                "notice",
+                f"hookscope: {message.get('level')}: {message.get('message')}",
+                level=message.get("level"),
+                message=message.get("message"),
+                code=message.get("code"),
+            )
             if self.report is not None:
                 self.report.add_notice(message)
         elif mtype == "stats":
@@ -485,8 +582,13 @@ class Runner:
                 detail = "matches no layer" + self._suggestion(spec)
             self.state.reported_unresolved.add(spec_id)
             text = self.spec_text.get(spec_id, spec_id)
-            self.printer.event("error", f"hookscope: --break {text!r}: {detail}",
-                               message=f"--break {text!r}: {detail}", spec=text, code="breakpointUnresolved")
+            self.printer.event(
+                "error",
+                f"hookscope: --break {text!r}: {detail}",
+                message=f"--break {text!r}: {detail}",
+                spec=text,
+                code="breakpointUnresolved",
+            )
 
     def _suggestion(self, spec: dict[str, Any]) -> str:
         import difflib
@@ -517,8 +619,15 @@ class Runner:
                 continue
             state.pending_hits.remove(entry)
             client, thread_id, _ = stop
-            self.printer.event("paused", None, pid=conn.pid, rank=conn.hello.get("rank"), threadId=thread_id,
-                               layer=hit.get("layer"), breakpoint=hit.get("breakpoint"))
+            self.printer.event(
+                "paused",
+                None,
+                pid=conn.pid,
+                rank=conn.hello.get("rank"),
+                threadId=thread_id,
+                layer=hit.get("layer"),
+                breakpoint=hit.get("breakpoint"),
+            )
             self._record_hit(conn, hit)  # while paused: the layer's tensors are this hit's
             if self.args.stop_on_hit:
                 self._terminate()
@@ -527,9 +636,14 @@ class Runner:
         for client, thread_id, since in list(state.pending_stops):
             if now - since > self.STOP_WITHOUT_HIT_S:
                 state.pending_stops.remove((client, thread_id, since))
-                self.printer.event("notice", "hookscope: the debugger paused the program outside a Hookscope "
-                                   "hit (a breakpoint in the code?); continuing", level="info",
-                                   message="paused outside a Hookscope hit", code="foreignStop")
+                self.printer.event(
+                    "notice",
+                    "hookscope: the debugger paused the program outside a Hookscope "
+                    "hit (a breakpoint in the code?); continuing",
+                    level="info",
+                    message="paused outside a Hookscope hit",
+                    code="foreignStop",
+                )
                 self._continue(client, thread_id)
         for entry in list(state.pending_hits):
             if now - entry[2] > self.HIT_WITHOUT_STOP_S:
@@ -538,8 +652,11 @@ class Runner:
         return False
 
     def _warn_hit_without_stop(self) -> None:
-        self.printer.event("warning", "hookscope: a hit was announced but the debugger did not pause "
-                           "(justMyCode filtering the stop?)", message="hit without a stop")
+        self.printer.event(
+            "warning",
+            "hookscope: a hit was announced but the debugger did not pause (justMyCode filtering the stop?)",
+            message="hit without a stop",
+        )
 
     def _take_stop_of(self, pid: int) -> tuple[DapClient, int, float] | None:
         """The oldest unpaired debugger stop in process ``pid`` (DDP ranks pause one by one)."""
@@ -561,8 +678,7 @@ class Runner:
         module = next((m for m in tree["modules"] if m["name"] == hit.get("layer")), None) if tree else None
         if module is not None and "Conv" in module["cls"] and len(self.report.hits) < 50:
             try:
-                image = conn.request("render", timeout=30, view="featureMap", layer=hit["layer"],
-                                     model=hit["model"])
+                image = conn.request("render", timeout=30, view="featureMap", layer=hit["layer"], model=hit["model"])
             except (RequestError, TimeoutError) as exc:
                 self.printer.event("notice", None, level="info", message=f"no feature map: {exc}")
         self.report.add_hit(hit, image)
@@ -580,8 +696,7 @@ class Runner:
             self.dap.request("disconnect", {"terminateDebuggee": True}, timeout=30)
         except (DapError, TimeoutError):
             pass
-        self.printer.event("stopped", "hookscope: stopped at the first hit (--stop-on-hit)",
-                           hits=self.state.hits)
+        self.printer.event("stopped", "hookscope: stopped at the first hit (--stop-on-hit)", hits=self.state.hits)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 
 class DapError(Exception):
@@ -27,23 +28,29 @@ class DapError(Exception):
 class Pending:
     """A request waiting for its response."""
 
-    def __init__(self, client: "DapClient", seq: int, command: str) -> None:
+    def __init__(self, client: DapClient, seq: int, command: str) -> None:
         self._client, self.seq, self.command = client, seq, command
 
     def result(self, timeout: float = 30.0) -> dict:
         """The response body; raises DapError on failure, TimeoutError at the deadline."""
         response = self._client._wait_response(self.seq, self.command, timeout)
         if not response.get("success"):
-            raise DapError(f"{self.command} failed: {response.get('message')} "
-                           f"{json.dumps(response.get('body') or {})[:500]}")
+            raise DapError(
+                f"{self.command} failed: {response.get('message')} {json.dumps(response.get('body') or {})[:500]}"
+            )
         return response.get("body") or {}
 
 
 class DapClient:
     """One DAP session with an adapter process (owned: ``close`` ends it)."""
 
-    def __init__(self, reader: IO[bytes], writer: IO[bytes], process: subprocess.Popen | None = None,
-                 sock: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        reader: IO[bytes],
+        writer: IO[bytes],
+        process: subprocess.Popen | None = None,
+        sock: socket.socket | None = None,
+    ) -> None:
         self._reader, self._writer, self.process, self._sock = reader, writer, process, sock
         self._seq = 0
         self._write_lock = threading.Lock()
@@ -59,8 +66,13 @@ class DapClient:
         self._thread.start()
 
     @classmethod
-    def start_adapter(cls, python: str | None = None, env: dict[str, str] | None = None,
-                      log_dir: str | None = None, stderr: Any = subprocess.DEVNULL) -> "DapClient":
+    def start_adapter(
+        cls,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+        log_dir: str | None = None,
+        stderr: Any = subprocess.DEVNULL,
+    ) -> DapClient:
         """Start ``python -m debugpy.adapter`` and talk to it over its stdio.
 
         The adapter's own stderr is dropped unless ``stderr`` says otherwise: it logs
@@ -69,13 +81,12 @@ class DapClient:
         args = [python or sys.executable, "-m", "debugpy.adapter"]
         if log_dir:
             args += ["--log-dir", log_dir]
-        process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=stderr, env=env)
+        process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env)
         assert process.stdin is not None and process.stdout is not None
         return cls(process.stdout, process.stdin, process)
 
     @classmethod
-    def connect(cls, host: str, port: int, timeout: float = 30.0) -> "DapClient":
+    def connect(cls, host: str, port: int, timeout: float = 30.0) -> DapClient:
         """A session over TCP: the adapter's port for a subprocess (``debugpyAttach``) or a ``--listen``."""
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.settimeout(None)
@@ -98,8 +109,13 @@ class DapClient:
     def _respond(self, request: dict, body: dict | None = None, error: str | None = None) -> None:
         with self._write_lock:
             self._seq += 1
-            message = {"seq": self._seq, "type": "response", "request_seq": request["seq"],
-                       "command": request["command"], "success": error is None}
+            message = {
+                "seq": self._seq,
+                "type": "response",
+                "request_seq": request["seq"],
+                "command": request["command"],
+                "success": error is None,
+            }
             if error is not None:
                 message["message"] = error
             else:
@@ -116,8 +132,7 @@ class DapClient:
             raise DapError(f"the debug adapter is gone ({exc})") from None
 
     # -- receiving ---------------------------------------------------------
-    def wait_event(self, name: str, predicate: Callable[[dict], bool] | None = None,
-                   timeout: float = 30.0) -> dict:
+    def wait_event(self, name: str, predicate: Callable[[dict], bool] | None = None, timeout: float = 30.0) -> dict:
         """Take the oldest event ``name`` (matching ``predicate``) that arrived or arrives in time."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -207,15 +222,25 @@ class DapClient:
 
     # -- conveniences --------------------------------------------------------
     def initialize(self, client_id: str = "hookscope") -> dict:
-        return self.request("initialize", {
-            "clientID": client_id, "clientName": "Hookscope", "adapterID": "debugpy",
-            "pathFormat": "path", "linesStartAt1": True, "columnsStartAt1": True,
-            "supportsVariableType": True, "supportsRunInTerminalRequest": False, "locale": "en",
-        })
+        return self.request(
+            "initialize",
+            {
+                "clientID": client_id,
+                "clientName": "Hookscope",
+                "adapterID": "debugpy",
+                "pathFormat": "path",
+                "linesStartAt1": True,
+                "columnsStartAt1": True,
+                "supportsVariableType": True,
+                "supportsRunInTerminalRequest": False,
+                "locale": "en",
+            },
+        )
 
     def top_frame(self, thread_id: int, timeout: float = 30.0) -> dict:
-        frames = self.request("stackTrace", {"threadId": thread_id, "startFrame": 0, "levels": 20},
-                              timeout)["stackFrames"]
+        frames = self.request("stackTrace", {"threadId": thread_id, "startFrame": 0, "levels": 20}, timeout)[
+            "stackFrames"
+        ]
         if not frames:
             raise DapError(f"thread {thread_id} has no frames")
         return frames[0]
@@ -224,12 +249,14 @@ class DapClient:
         """name -> variable of the frame's Locals scope."""
         scopes = self.request("scopes", {"frameId": frame_id}, timeout)["scopes"]
         local_scope = next((s for s in scopes if s["name"].lower().startswith("local")), scopes[0])
-        variables = self.request("variables", {"variablesReference": local_scope["variablesReference"]},
-                                 timeout)["variables"]
+        variables = self.request("variables", {"variablesReference": local_scope["variablesReference"]}, timeout)[
+            "variables"
+        ]
         return {v["name"]: v for v in variables}
 
-    def evaluate(self, expression: str, frame_id: int | None = None, context: str = "repl",
-                 timeout: float = 30.0) -> str:
+    def evaluate(
+        self, expression: str, frame_id: int | None = None, context: str = "repl", timeout: float = 30.0
+    ) -> str:
         arguments: dict[str, Any] = {"expression": expression, "context": context}
         if frame_id is not None:
             arguments["frameId"] = frame_id

@@ -13,7 +13,8 @@ paired with the stop of the right process.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hookscope.terminal.dap_client import DapClient, DapError
 
@@ -21,8 +22,13 @@ from hookscope.terminal.dap_client import DapClient, DapError
 class DebugSessions:
     """The root session (owned by the caller) and the child sessions this object opens and closes."""
 
-    def __init__(self, root: DapClient, on_event: Callable[[DapClient, dict], None],
-                 on_error: Callable[[str], None], timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        root: DapClient,
+        on_event: Callable[[DapClient, dict], None],
+        on_error: Callable[[str], None],
+        timeout: float = 60.0,
+    ) -> None:
         self.root = root
         self._on_event, self._on_error, self._timeout = on_event, on_error, timeout
         self._lock = threading.Lock()

@@ -16,7 +16,8 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hookscope.link import codec, handshake, protocol
 from hookscope.link.protocol import ProtocolError
@@ -38,7 +39,7 @@ class RequestError(Exception):
 class BackendConnection:
     """One connected debuggee process."""
 
-    def __init__(self, link: "EditorLink", sock: socket.socket, hello: dict) -> None:
+    def __init__(self, link: EditorLink, sock: socket.socket, hello: dict) -> None:
         self.link = link
         self.sock = sock
         self.hello = hello
@@ -82,13 +83,14 @@ class BackendConnection:
             while request_id not in self._replies:
                 left = deadline - time.monotonic()
                 if left <= 0 or self.closed:
-                    raise TimeoutError(f"no reply to request {request_id} within {timeout:.0f} s"
-                                       + (" (connection closed)" if self.closed else ""))
+                    raise TimeoutError(
+                        f"no reply to request {request_id} within {timeout:.0f} s"
+                        + (" (connection closed)" if self.closed else "")
+                    )
                 self._cond.wait(min(left, 0.5))
             return self._replies.pop(request_id)
 
-    def wait_event(self, mtype: str, predicate: Callable[[dict], bool] | None = None,
-                   timeout: float = 30.0) -> dict:
+    def wait_event(self, mtype: str, predicate: Callable[[dict], bool] | None = None, timeout: float = 30.0) -> dict:
         """The oldest not yet taken event of this type (matching ``predicate``)."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -98,8 +100,9 @@ class BackendConnection:
                         return self._events.pop(i)
                 left = deadline - time.monotonic()
                 if left <= 0 or self.closed:
-                    raise TimeoutError(f"no {mtype!r} event within {timeout:.0f} s"
-                                       + (" (connection closed)" if self.closed else ""))
+                    raise TimeoutError(
+                        f"no {mtype!r} event within {timeout:.0f} s" + (" (connection closed)" if self.closed else "")
+                    )
                 self._cond.wait(min(left, 0.5))
 
     def wait_closed(self, timeout: float) -> bool:
@@ -156,8 +159,12 @@ class BackendConnection:
 class EditorLink:
     """A listening socket that accepts Hookscope backends, like the extension does."""
 
-    def __init__(self, token: str | None = None, host: str = "127.0.0.1",
-                 on_event: Callable[[BackendConnection, dict], None] | None = None) -> None:
+    def __init__(
+        self,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        on_event: Callable[[BackendConnection, dict], None] | None = None,
+    ) -> None:
         self.token = token or secrets.token_hex(16)
         self.session = uuid.uuid4().hex
         self.on_event = on_event
@@ -181,8 +188,7 @@ class EditorLink:
 
     def env(self) -> dict[str, str]:
         """What the debuggee's environment needs to find this editor."""
-        return {"HOOKSCOPE_ADDR": self.addr, "HOOKSCOPE_TOKEN": self.token,
-                "HOOKSCOPE_SESSION": self.session}
+        return {"HOOKSCOPE_ADDR": self.addr, "HOOKSCOPE_TOKEN": self.token, "HOOKSCOPE_SESSION": self.session}
 
     def wait_connection(self, timeout: float = 30.0, index: int = 0) -> BackendConnection:
         """The ``index``-th accepted connection (0: the first), waiting for it."""
@@ -222,7 +228,7 @@ class EditorLink:
         while not self._closed:
             try:
                 sock, _ = self._server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

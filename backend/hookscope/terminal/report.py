@@ -15,8 +15,21 @@ import os
 import time
 from typing import Any
 
-SUMMARY_COLUMNS = ("path", "shape", "dtype", "mean", "std", "min", "max", "absmax", "norm",
-                   "nan", "posinf", "neginf", "zeroFrac")
+SUMMARY_COLUMNS = (
+    "path",
+    "shape",
+    "dtype",
+    "mean",
+    "std",
+    "min",
+    "max",
+    "absmax",
+    "norm",
+    "nan",
+    "posinf",
+    "neginf",
+    "zeroFrac",
+)
 
 
 def format_number(value: Any) -> str:
@@ -68,15 +81,25 @@ class Report:
             name = f"hit-{len(self.hits) + 1}.png"
             with open(os.path.join(self.directory, name), "wb") as f:
                 f.write(image["png"])
-            entry["image"] = {"file": name, "width": image.get("width"), "height": image.get("height"),
-                              "meta": image.get("meta") or {}}
+            entry["image"] = {
+                "file": name,
+                "width": image.get("width"),
+                "height": image.get("height"),
+                "meta": image.get("meta") or {},
+            }
         self.hits.append(entry)
 
     def write(self) -> str:
         """Write report.json and index.html; returns the page's path."""
-        data = {"command": self.command, "started": self.started, "finished": time.time(),
-                "exitCode": self.exit_code, "models": list(self.models.values()),
-                "hits": self.hits, "notices": self.notices}
+        data = {
+            "command": self.command,
+            "started": self.started,
+            "finished": time.time(),
+            "exitCode": self.exit_code,
+            "models": list(self.models.values()),
+            "hits": self.hits,
+            "notices": self.notices,
+        }
         with open(os.path.join(self.directory, "report.json"), "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, default=_jsonable)
         page = os.path.join(self.directory, "index.html")
@@ -98,13 +121,17 @@ class Report:
             f"{esc(str(self.exit_code))}, {len(self.hits)} hit(s)</p>",
         ]
         for tree in self.models.values():
-            parts.append(f"<p>Model <b>{esc(tree['name'])}</b> ({esc(tree['cls'])}, id {esc(tree['id'])}): "
-                         f"{len(tree['modules'])} modules, {tree['params']:,} parameters</p>")
+            parts.append(
+                f"<p>Model <b>{esc(tree['name'])}</b> ({esc(tree['cls'])}, id {esc(tree['id'])}): "
+                f"{len(tree['modules'])} modules, {tree['params']:,} parameters</p>"
+            )
         for notice in self.notices:
             parts.append(f"<p class='bad'>{esc(str(notice.get('level')))}: {esc(str(notice.get('message')))}</p>")
         for number, hit in enumerate(self.hits, 1):
-            parts.append(f"<h2>Hit {number}: <code>{esc(str(hit.get('layer')))}</code> "
-                         f"({esc(str(hit.get('phase')))}, step {esc(str(hit.get('step')))})</h2>")
+            parts.append(
+                f"<h2>Hit {number}: <code>{esc(str(hit.get('layer')))}</code> "
+                f"({esc(str(hit.get('phase')))}, step {esc(str(hit.get('step')))})</h2>"
+            )
             reason = str(hit.get("reason", ""))
             if hit.get("origin"):
                 reason += f" ({hit['origin']})"
@@ -117,8 +144,10 @@ class Report:
             parts.append("</table>")
             image = hit.get("image")
             if image:
-                parts.append(f"<p><img src='{esc(image['file'])}' alt='feature map of "
-                             f"{esc(str(hit.get('layer')))}' width='{esc(str(image.get('width') or ''))}'></p>")
+                parts.append(
+                    f"<p><img src='{esc(image['file'])}' alt='feature map of "
+                    f"{esc(str(hit.get('layer')))}' width='{esc(str(image.get('width') or ''))}'></p>"
+                )
         if not self.hits:
             parts.append("<p>No layer breakpoint fired.</p>")
         parts.append("</body></html>")

@@ -15,8 +15,8 @@ import torch
 
 from . import colormap
 from .figures import figure_image, new_figure, set_margins
-from .image import Image
 from .grid import check_index, fetch, indexed_image, plane_image, tile, upscale
+from .image import Image
 from .reduce import as_float, as_tensor, counts_meta, finite_range, nonfinite_counts, number, to_indices
 
 Tensor = torch.Tensor
@@ -53,8 +53,15 @@ def attention_map(
         raise ValueError(f"attention weights must be (N, H, L, S), (H, L, S) or (L, S); got {tuple(w.shape)}")
     w = as_float(w)
     n_heads, n_q, n_k = w.shape
-    meta: dict[str, Any] = {"kind": "attention", "shape": list(as_tensor(weights).shape), "heads": n_heads,
-                            "queries": n_q, "keys": n_k, "cmap": cmap, "markers": colormap.markers_meta()}
+    meta: dict[str, Any] = {
+        "kind": "attention",
+        "shape": list(as_tensor(weights).shape),
+        "heads": n_heads,
+        "queries": n_q,
+        "keys": n_k,
+        "cmap": cmap,
+        "markers": colormap.markers_meta(),
+    }
     avg = w.mean(dim=0, keepdim=True)
     if head is not None:
         if head in ("avg", "mean", "average"):
@@ -90,14 +97,22 @@ def _grid(stack: Tensor, names: list[str], cmap: str, min_tile: int, gap: int, m
     tiles = upscale(tiles, factor)
     cols = math.ceil(math.sqrt(k))
     rows = math.ceil(k / cols)
-    meta.update({
-        "layout": "grid",
-        "tiles": names,
-        "range": [number(lo_h[0]), number(hi_h[0])],
-        "grid": {"rows": rows, "cols": cols, "tile_h": th * factor, "tile_w": tw * factor, "gap": gap,
-                 "upscale": factor},
-        "nonfinite": counts_meta(c),
-    })
+    meta.update(
+        {
+            "layout": "grid",
+            "tiles": names,
+            "range": [number(lo_h[0]), number(hi_h[0])],
+            "grid": {
+                "rows": rows,
+                "cols": cols,
+                "tile_h": th * factor,
+                "tile_w": tw * factor,
+                "gap": gap,
+                "upscale": factor,
+            },
+            "nonfinite": counts_meta(c),
+        }
+    )
     return indexed_image(tile(tiles, rows, cols, gap), cmap, meta)
 
 
@@ -114,8 +129,7 @@ def _labelled(planes: list[Tensor], names: list[str], labels: Any, cmap: str, me
     side = min(max(side, 2.6), 8.0)
     label_in = 0.3 + 0.045 * max([len(s) for s in q_labels + k_labels] + [1])  # 6 pt tick labels
     fig = new_figure(min(cols * (side + label_in), 24.0), min(rows * (side + label_in + 0.3), 24.0))
-    set_margins(fig, label_in, label_in, top_in=0.3,
-                wspace=label_in / side, hspace=(label_in + 0.3) / side)
+    set_margins(fig, label_in, label_in, top_in=0.3, wspace=label_in / side, hspace=(label_in + 0.3) / side)
     import matplotlib
 
     cm = matplotlib.colormaps[cmap].with_extremes(bad=np.array(colormap.MARKER_COLOURS["nan"]) / 255.0)
@@ -133,10 +147,19 @@ def _labelled(planes: list[Tensor], names: list[str], labels: Any, cmap: str, me
         ax.set_xticklabels(k_labels, rotation=90, fontsize=6)
         ax.set_yticks(range(len(q_labels)))
         ax.set_yticklabels(q_labels, fontsize=6)
-    meta.update({"layout": "figure", "tiles": names, "range": [0.0, vmax],
-                 "nonfinite": {"nan": int(np.isnan(data).sum()), "posinf": int(np.isposinf(data).sum()),
-                               "neginf": int(np.isneginf(data).sum())},
-                 "labels": [list(q_labels), list(k_labels)]})
+    meta.update(
+        {
+            "layout": "figure",
+            "tiles": names,
+            "range": [0.0, vmax],
+            "nonfinite": {
+                "nan": int(np.isnan(data).sum()),
+                "posinf": int(np.isposinf(data).sum()),
+                "neginf": int(np.isneginf(data).sum()),
+            },
+            "labels": [list(q_labels), list(k_labels)],
+        }
+    )
     return figure_image(fig, meta)
 
 

@@ -17,8 +17,8 @@ NAN, POSINF, NEGINF, BACKGROUND = 252, 253, 254, 255
 """Palette indices of the markers and of the gap between tiles."""
 
 MARKER_COLOURS: dict[str, tuple[int, int, int]] = {
-    "nan": (255, 0, 255),     # magenta: absent from the usual colormaps
-    "posinf": (255, 0, 0),    # pure red
+    "nan": (255, 0, 255),  # magenta: absent from the usual colormaps
+    "posinf": (255, 0, 0),  # pure red
     "neginf": (0, 255, 255),  # cyan
 }
 """RGB of each non-finite marker."""

@@ -37,12 +37,25 @@ def new_figure(width_in: float, height_in: float, dpi: int = 100) -> Any:
     return fig
 
 
-def set_margins(fig: Any, left_in: float, bottom_in: float, right_in: float = 0.15, top_in: float = 0.35,
-                wspace: float | None = None, hspace: float | None = None) -> None:
+def set_margins(
+    fig: Any,
+    left_in: float,
+    bottom_in: float,
+    right_in: float = 0.15,
+    top_in: float = 0.35,
+    wspace: float | None = None,
+    hspace: float | None = None,
+) -> None:
     """Fixed margins in inches: ``tight_layout`` measured ~40% of a figure's render time."""
     w, h = fig.get_size_inches()
-    fig.subplots_adjust(left=min(left_in / w, 0.5), bottom=min(bottom_in / h, 0.6), right=1 - right_in / w,
-                        top=1 - top_in / h, wspace=wspace, hspace=hspace)
+    fig.subplots_adjust(
+        left=min(left_in / w, 0.5),
+        bottom=min(bottom_in / h, 0.6),
+        right=1 - right_in / w,
+        top=1 - top_in / h,
+        wspace=wspace,
+        hspace=hspace,
+    )
 
 
 def figure_image(fig: Any, meta: dict[str, Any]) -> Image:
@@ -56,7 +69,9 @@ def figure_image(fig: Any, meta: dict[str, Any]) -> Image:
 # ------------------------------------------------------------ gradient flow
 
 
-def layer_gradient_stats(named_parameters: Iterable[tuple[str, Tensor]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def layer_gradient_stats(
+    named_parameters: Iterable[tuple[str, Tensor]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Per-layer and per-parameter gradient statistics, one transfer per device.
 
     Returns ``(layers, params)``: ``layers`` in first-seen order, each
@@ -74,11 +89,16 @@ def layer_gradient_stats(named_parameters: Iterable[tuple[str, Tensor]]) -> tupl
         f = as_float(g.detach())
         finite = torch.isfinite(f)
         absf = torch.where(finite, f.abs(), torch.zeros_like(f))
-        rows[i] = torch.stack((
-            absf.sum(), absf.amax() if absf.numel() else absf.sum(), absf.pow(2).sum(),
-            torch.isnan(f).sum().to(f.dtype), torch.isinf(f).sum().to(f.dtype),
-            torch.tensor(float(f.numel()), device=f.device, dtype=f.dtype),
-        )).to(torch.float64)
+        rows[i] = torch.stack(
+            (
+                absf.sum(),
+                absf.amax() if absf.numel() else absf.sum(),
+                absf.pow(2).sum(),
+                torch.isnan(f).sum().to(f.dtype),
+                torch.isinf(f).sum().to(f.dtype),
+                torch.tensor(float(f.numel()), device=f.device, dtype=f.dtype),
+            )
+        ).to(torch.float64)
         by_device.setdefault(f.device, []).append(i)
     host: dict[int, np.ndarray] = {}
     for _, idxs in by_device.items():
@@ -93,13 +113,24 @@ def layer_gradient_stats(named_parameters: Iterable[tuple[str, Tensor]]) -> tupl
         entry = layers.setdefault(layer, {"name": layer, "params": [], "_rows": []})
         entry["params"].append(name)
         if i not in host:
-            params.append({"name": name, "layer": layer, "norm": None, "mean": None, "max": None,
-                           "nan": 0, "inf": 0, "numel": 0})
+            params.append(
+                {"name": name, "layer": layer, "norm": None, "mean": None, "max": None, "nan": 0, "inf": 0, "numel": 0}
+            )
             continue
         s, mx, sq, nan, inf, numel = host[i]
         entry["_rows"].append(host[i])
-        params.append({"name": name, "layer": layer, "norm": math.sqrt(sq), "mean": s / max(numel, 1),
-                       "max": float(mx), "nan": int(nan), "inf": int(inf), "numel": int(numel)})
+        params.append(
+            {
+                "name": name,
+                "layer": layer,
+                "norm": math.sqrt(sq),
+                "mean": s / max(numel, 1),
+                "max": float(mx),
+                "nan": int(nan),
+                "inf": int(inf),
+                "numel": int(numel),
+            }
+        )
     out = []
     for entry in layers.values():
         rs = entry.pop("_rows")
@@ -107,13 +138,15 @@ def layer_gradient_stats(named_parameters: Iterable[tuple[str, Tensor]]) -> tupl
             entry.update({"mean": None, "max": None, "norm": None, "nan": 0, "inf": 0})
         else:
             a = np.stack(rs)
-            entry.update({
-                "mean": float(a[:, 0].sum() / max(a[:, 5].sum(), 1)),
-                "max": float(a[:, 1].max()),
-                "norm": float(math.sqrt(a[:, 2].sum())),
-                "nan": int(a[:, 3].sum()),
-                "inf": int(a[:, 4].sum()),
-            })
+            entry.update(
+                {
+                    "mean": float(a[:, 0].sum() / max(a[:, 5].sum(), 1)),
+                    "max": float(a[:, 1].max()),
+                    "norm": float(math.sqrt(a[:, 2].sum())),
+                    "nan": int(a[:, 3].sum()),
+                    "inf": int(a[:, 4].sum()),
+                }
+            )
         out.append(entry)
     return out, params
 
@@ -170,8 +203,11 @@ def gradient_flow(
     for layer in layers:
         owned = by_layer.get(layer["name"], [])
         layer["maxNorm"] = max((p["norm"] for p in owned if p["norm"] is not None), default=None)
-        layer["status"] = (classify_norms(layer, owned, vanishing, exploding) if metric == "norm"
-                           else classify(layer, vanishing, exploding))
+        layer["status"] = (
+            classify_norms(layer, owned, vanishing, exploding)
+            if metric == "norm"
+            else classify(layer, vanishing, exploding)
+        )
     meta: dict[str, Any] = {
         "kind": "gradient_flow",
         "metric": metric,
@@ -179,12 +215,12 @@ def gradient_flow(
         "params": params,
         "vanishing": vanishing,
         "exploding": exploding,
-        "flagged": [l["name"] for l in layers if l["status"] not in ("ok", "no_grad")],
+        "flagged": [layer["name"] for layer in layers if layer["status"] not in ("ok", "no_grad")],
     }
     if highlight is not None:
         meta["highlight"] = highlight
     n = max(len(layers), 1)
-    longest = max([len(l["name"] or "(root)") for l in layers] + [4])
+    longest = max([len(layer["name"] or "(root)") for layer in layers] + [4])
     label_in = min(0.05 * longest, 2.5)  # rotated tick labels at 7 pt
     fig = new_figure(min(max(6.0, 0.35 * n + 2.0), 24.0), 3.4 + label_in)
     set_margins(fig, 0.75, 0.35 + label_in)
@@ -192,13 +228,24 @@ def gradient_flow(
     floor = min(vanishing / 100.0, 1e-12)
     xs = np.arange(len(layers))
     low_key, high_key = ("norm", "maxNorm") if metric == "norm" else ("mean", "max")
-    means = np.array([l[low_key] if l[low_key] else floor for l in layers], dtype=float)
-    maxes = np.array([l[high_key] if l[high_key] else floor for l in layers], dtype=float)
+    means = np.array([layer[low_key] if layer[low_key] else floor for layer in layers], dtype=float)
+    maxes = np.array([layer[high_key] if layer[high_key] else floor for layer in layers], dtype=float)
     if len(layers):
-        ax.bar(xs, np.maximum(maxes, floor), color="#4c9be8", alpha=0.35, width=0.8,
-               label="largest parameter's gradient norm" if metric == "norm" else "max |grad|")
-        ax.bar(xs, np.maximum(means, floor), color="#1f5fa8", width=0.5,
-               label="layer gradient norm" if metric == "norm" else "mean |grad|")
+        ax.bar(
+            xs,
+            np.maximum(maxes, floor),
+            color="#4c9be8",
+            alpha=0.35,
+            width=0.8,
+            label="largest parameter's gradient norm" if metric == "norm" else "max |grad|",
+        )
+        ax.bar(
+            xs,
+            np.maximum(means, floor),
+            color="#1f5fa8",
+            width=0.5,
+            label="layer gradient norm" if metric == "norm" else "mean |grad|",
+        )
     top = max(exploding * 100.0, float(maxes.max()) * 10 if len(maxes) else 1.0)
     ax.set_yscale("log")
     ax.set_ylim(floor, top)
@@ -212,7 +259,7 @@ def gradient_flow(
         if highlight is not None and layer["name"] == highlight:
             ax.axvspan(x - 0.5, x + 0.5, color="#f1c232", alpha=0.35, label="this stop")
     ax.set_xticks(xs)
-    ax.set_xticklabels([l["name"] or "(root)" for l in layers], rotation=60, ha="right", fontsize=7)
+    ax.set_xticklabels([layer["name"] or "(root)" for layer in layers], rotation=60, ha="right", fontsize=7)
     for label, layer in zip(ax.get_xticklabels(), layers):
         if highlight is not None and layer["name"] == highlight:
             label.set_fontweight("bold")
@@ -230,8 +277,16 @@ def histogram_counts(t: Any, bins: int = 50) -> dict[str, Any]:
     x = as_float(as_tensor(t)).reshape(-1)
     counts_nf = nonfinite_counts(x)
     if x.numel() == 0:
-        return {"edges": [], "counts": [], "nonfinite": counts_meta([0, 0, 0]), "numel": 0,
-                "mean": None, "std": None, "min": None, "max": None}
+        return {
+            "edges": [],
+            "counts": [],
+            "nonfinite": counts_meta([0, 0, 0]),
+            "numel": 0,
+            "mean": None,
+            "std": None,
+            "min": None,
+            "max": None,
+        }
     lo, hi = finite_range(x, None)
     finite = torch.isfinite(x)
     n_finite = finite.sum()
@@ -245,8 +300,19 @@ def histogram_counts(t: Any, bins: int = 50) -> dict[str, Any]:
     counts = torch.histc(vals, bins=bins, min=lo_v, max=hi_v)
     mean = (vals.sum() - fill.reshape(()) * (x.numel() - n_finite)) / n_finite.clamp(min=1)
     var = (torch.where(finite, (x - mean) ** 2, torch.zeros_like(x))).sum() / (n_finite - 1).clamp(min=1)
-    host = torch.cat((counts.to(torch.float64), torch.stack((n_finite.to(torch.float64), mean.double(), var.double())),
-                      counts_nf.double(), lo.reshape(1).double(), hi.reshape(1).double())).cpu().numpy()
+    host = (
+        torch.cat(
+            (
+                counts.to(torch.float64),
+                torch.stack((n_finite.to(torch.float64), mean.double(), var.double())),
+                counts_nf.double(),
+                lo.reshape(1).double(),
+                hi.reshape(1).double(),
+            )
+        )
+        .cpu()
+        .numpy()
+    )
     c = host[:bins]
     n_fin = int(host[bins])
     parked = x.numel() - n_fin
@@ -258,7 +324,7 @@ def histogram_counts(t: Any, bins: int = 50) -> dict[str, Any]:
     return {
         "edges": np.linspace(lo_v, hi_v, bins + 1).tolist(),
         "counts": [int(v) for v in c],
-        "nonfinite": counts_meta(host[bins + 3:bins + 6]),
+        "nonfinite": counts_meta(host[bins + 3 : bins + 6]),
         "numel": int(x.numel()),
         "mean": number(host[bins + 1]) if n_fin else None,
         "std": number(math.sqrt(max(host[bins + 2], 0.0))) if n_fin > 1 else None,
@@ -275,9 +341,14 @@ def histogram(t: Any, bins: int = 50, log: bool = False, title: str | None = Non
     mean/std/min/max of the finite values."""
     x = as_tensor(t)
     data = histogram_counts(x, bins)
-    meta: dict[str, Any] = {"kind": "histogram", "shape": list(x.shape),
-                            "dtype": str(x.dtype).replace("torch.", ""), "log": log, **data,
-                            "markers": colormap.markers_meta()}
+    meta: dict[str, Any] = {
+        "kind": "histogram",
+        "shape": list(x.shape),
+        "dtype": str(x.dtype).replace("torch.", ""),
+        "log": log,
+        **data,
+        "markers": colormap.markers_meta(),
+    }
     fig = new_figure(5.0, 3.0)
     set_margins(fig, 0.6, 0.4)
     ax = fig.add_subplot(1, 1, 1)
@@ -294,8 +365,17 @@ def histogram(t: Any, bins: int = 50, log: bool = False, title: str | None = Non
     bad = [f"{k}={v}" for k, v in (("NaN", nf["nan"]), ("+Inf", nf["posinf"]), ("-Inf", nf["neginf"])) if v]
     ax.set_title((title + "  " if title else "") + "  ".join(bits), fontsize=8)
     if bad:
-        ax.text(0.99, 0.97, "  ".join(bad), transform=ax.transAxes, ha="right", va="top",
-                fontsize=8, color="white", bbox={"facecolor": "#c000c0", "edgecolor": "none"})
+        ax.text(
+            0.99,
+            0.97,
+            "  ".join(bad),
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+            color="white",
+            bbox={"facecolor": "#c000c0", "edgecolor": "none"},
+        )
     ax.tick_params(labelsize=7)
     return figure_image(fig, meta)
 
@@ -303,8 +383,9 @@ def histogram(t: Any, bins: int = 50, log: bool = False, title: str | None = Non
 # ------------------------------------------------------------ stats over steps
 
 
-def stats_chart(steps: Sequence[float], means: Sequence[float], stds: Sequence[float] | None = None,
-                title: str | None = None) -> Image:
+def stats_chart(
+    steps: Sequence[float], means: Sequence[float], stds: Sequence[float] | None = None, title: str | None = None
+) -> Image:
     """A small line chart of a layer's activation mean (± std) over steps."""
     s = np.asarray(steps, dtype=float)
     m = np.asarray(means, dtype=float)
@@ -319,6 +400,10 @@ def stats_chart(steps: Sequence[float], means: Sequence[float], stds: Sequence[f
     ax.tick_params(labelsize=7)
     if title:
         ax.set_title(title, fontsize=8)
-    meta = {"kind": "stats_chart", "steps": s.tolist(), "means": [number(v) for v in m],
-            "stds": None if stds is None else [number(v) for v in np.asarray(stds, dtype=float)]}
+    meta = {
+        "kind": "stats_chart",
+        "steps": s.tolist(),
+        "means": [number(v) for v in m],
+        "stds": None if stds is None else [number(v) for v in np.asarray(stds, dtype=float)],
+    }
     return figure_image(fig, meta)

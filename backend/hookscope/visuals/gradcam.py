@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from . import colormap, png
-from .image import Image
 from .grid import check_index, plane_image
+from .image import Image
 
 Tensor = torch.Tensor
 
@@ -145,8 +145,15 @@ def _first_tensor(value: Any) -> Tensor | None:
     return None
 
 
-def _run(model: torch.nn.Module, layer: torch.nn.Module, inputs: Any, target: Any, eval_mode: bool,
-         token_grid: tuple[int, int] | None, full_hook: bool) -> GradCam:
+def _run(
+    model: torch.nn.Module,
+    layer: torch.nn.Module,
+    inputs: Any,
+    target: Any,
+    eval_mode: bool,
+    token_grid: tuple[int, int] | None,
+    full_hook: bool,
+) -> GradCam:
     saved: dict[str, Tensor] = {}
 
     def keep_activation(module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -164,8 +171,9 @@ def _run(model: torch.nn.Module, layer: torch.nn.Module, inputs: Any, target: An
             saved["grad"] = g.detach()
 
     args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
-    args = tuple(a.detach().clone().requires_grad_(True) if isinstance(a, Tensor) and a.is_floating_point() else a
-                 for a in args)
+    args = tuple(
+        a.detach().clone().requires_grad_(True) if isinstance(a, Tensor) and a.is_floating_point() else a for a in args
+    )
     modes = {m: m.training for m in model.modules()}
     handles = [layer.register_forward_hook(keep_activation)]
     try:
@@ -199,9 +207,16 @@ def _run(model: torch.nn.Module, layer: torch.nn.Module, inputs: Any, target: An
             m.train(was_training)
     low, dropped = _cam(saved["act"], saved["grad"], token_grid)
     cam = _upsample_and_normalise(low, _first_tensor(args))
-    return GradCam(cam=cam, low_res=low, target=tgt.detach(), predicted=predicted.detach(),
-                   scores=scores.detach(), layer_shape=tuple(saved["act"].shape),
-                   gradient_source="full_backward_hook" if full_hook else "tensor_hook", dropped_tokens=dropped)
+    return GradCam(
+        cam=cam,
+        low_res=low,
+        target=tgt.detach(),
+        predicted=predicted.detach(),
+        scores=scores.detach(),
+        layer_shape=tuple(saved["act"].shape),
+        gradient_source="full_backward_hook" if full_hook else "tensor_hook",
+        dropped_tokens=dropped,
+    )
 
 
 def _targets(target: Any, predicted: Tensor, n_classes: int) -> Tensor:
@@ -231,8 +246,10 @@ def _cam(act: Tensor, grad: Tensor, token_grid: tuple[int, int] | None) -> tuple
             if side * side != n_tokens:
                 side = math.isqrt(n_tokens - 1)
                 if side * side != n_tokens - 1:
-                    raise ValueError(f"grad_cam: {n_tokens} tokens do not form a square grid (with or "
-                                     "without a CLS token); pass token_grid=(rows, cols)")
+                    raise ValueError(
+                        f"grad_cam: {n_tokens} tokens do not form a square grid (with or "
+                        "without a CLS token); pass token_grid=(rows, cols)"
+                    )
             rows = cols = side
         dropped = n_tokens - rows * cols
         if dropped < 0:
@@ -254,8 +271,9 @@ def _upsample_and_normalise(low: Tensor, image: Tensor | None) -> Tensor:
     lo = flat.amin(dim=1, keepdim=True)
     hi = flat.amax(dim=1, keepdim=True)
     span = hi - lo
-    norm = torch.where(span > 0, (flat - lo) / torch.where(span > 0, span, torch.ones_like(span)),
-                       torch.zeros_like(flat))
+    norm = torch.where(
+        span > 0, (flat - lo) / torch.where(span > 0, span, torch.ones_like(span)), torch.zeros_like(flat)
+    )
     return norm.reshape(cam.shape).detach()
 
 

@@ -92,7 +92,7 @@ def feature_map(
         plane = x.reshape(1, -1)
     if channel is not None:
         row = check_index(channel, plane.shape[0], "channel")
-        plane = plane[row:row + 1]
+        plane = plane[row : row + 1]
         meta["channel"] = row
     return _heat_map(plane, cmap, meta)
 
@@ -181,7 +181,7 @@ def fetch(*tensors: Tensor) -> list[np.ndarray]:
     host = torch.cat(flat).cpu().numpy()
     out, at = [], 0
     for t in flat:
-        out.append(host[at:at + t.numel()])
+        out.append(host[at : at + t.numel()])
         at += t.numel()
     return out
 
@@ -193,8 +193,15 @@ def upscale(idx: np.ndarray, factor: int) -> np.ndarray:
 
 
 def _channel_grid(
-    item: Tensor, page: int, per_page: int, shared: bool, by_strength: bool,
-    cmap: str, min_tile: int, gap: int, meta: dict[str, Any],
+    item: Tensor,
+    page: int,
+    per_page: int,
+    shared: bool,
+    by_strength: bool,
+    cmap: str,
+    min_tile: int,
+    gap: int,
+    meta: dict[str, Any],
 ) -> Image:
     n_channels, h, w = item.shape
     per_page = max(1, int(per_page))
@@ -204,11 +211,11 @@ def _channel_grid(
         f = as_float(item)
         strength = torch.where(torch.isfinite(f), f.abs(), torch.zeros_like(f)).mean(dim=(1, 2))
         order = torch.argsort(strength, descending=True, stable=True)
-        chosen = order[page * per_page:(page + 1) * per_page]
+        chosen = order[page * per_page : (page + 1) * per_page]
         sel = item.index_select(0, chosen)
     else:
         chosen = torch.arange(page * per_page, min(n_channels, (page + 1) * per_page), device=item.device)
-        sel = item[page * per_page:(page + 1) * per_page]
+        sel = item[page * per_page : (page + 1) * per_page]
     sel = as_float(sel)
     shrink = math.ceil(max(h, w) / MAX_TILE)
     shown = block_reduce(sel, shrink) if shrink > 1 else sel
@@ -230,21 +237,30 @@ def _channel_grid(
         ranges = [[number(lo_h[0]), number(hi_h[0])]] * k
     else:
         ranges = [[number(a), number(b)] for a, b in zip(lo_h, hi_h)]
-    meta.update({
-        "layout": "grid",
-        "page": page,
-        "pages": pages,
-        "per_page": per_page,
-        "channels": channels,
-        "ranges": ranges,
-        "constant": [c for c, (a, b) in zip(channels, ranges) if a is not None and a == b],
-        "shared_scale": shared,
-        "sorted_by_strength": by_strength,
-        "grid": {"rows": rows, "cols": cols, "tile_h": th * factor, "tile_w": tw * factor,
-                 "gap": gap, "upscale": factor, "downscale": shrink},
-        "nonfinite": counts_meta(ic),
-        "page_nonfinite": counts_meta(pc),
-    })
+    meta.update(
+        {
+            "layout": "grid",
+            "page": page,
+            "pages": pages,
+            "per_page": per_page,
+            "channels": channels,
+            "ranges": ranges,
+            "constant": [c for c, (a, b) in zip(channels, ranges) if a is not None and a == b],
+            "shared_scale": shared,
+            "sorted_by_strength": by_strength,
+            "grid": {
+                "rows": rows,
+                "cols": cols,
+                "tile_h": th * factor,
+                "tile_w": tw * factor,
+                "gap": gap,
+                "upscale": factor,
+                "downscale": shrink,
+            },
+            "nonfinite": counts_meta(ic),
+            "page_nonfinite": counts_meta(pc),
+        }
+    )
     if shared:
         meta["scale"] = [number(lo_h[0]), number(hi_h[0])]
     return indexed_image(image, cmap, meta)
@@ -254,7 +270,9 @@ def tile(tiles: np.ndarray, rows: int, cols: int, gap: int) -> np.ndarray:
     """(k, h, w) index tiles -> one (rows*h + gaps, cols*w + gaps) image, row-major."""
     k, h, w = tiles.shape
     padded = np.pad(
-        tiles, ((0, rows * cols - k), (0, gap), (0, gap)), constant_values=colormap.BACKGROUND,
+        tiles,
+        ((0, rows * cols - k), (0, gap), (0, gap)),
+        constant_values=colormap.BACKGROUND,
     )
     full = padded.reshape(rows, cols, h + gap, w + gap).transpose(0, 2, 1, 3)
     full = full.reshape(rows * (h + gap), cols * (w + gap))
@@ -290,12 +308,14 @@ def plane_image(plane: Tensor, cmap: str, meta: dict[str, Any]) -> Image:
     sh, sw = idx_h.shape
     factor = max(1, min(math.ceil(SINGLE_SIDE / max(sh, sw)), MAX_SIDE // max(sh, sw)))
     image = upscale(idx_h, factor)
-    meta.update({
-        "range": [number(lo_h[0]), number(hi_h[0])],
-        "upscale": factor,
-        "downscale": shrink,
-        "nonfinite": counts_meta(c),
-    })
+    meta.update(
+        {
+            "range": [number(lo_h[0]), number(hi_h[0])],
+            "upscale": factor,
+            "downscale": shrink,
+            "nonfinite": counts_meta(c),
+        }
+    )
     return indexed_image(np.ascontiguousarray(image), cmap, meta)
 
 

@@ -21,8 +21,16 @@ from torch import nn
 
 Tensor = torch.Tensor
 
-_MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
-             "average_attn_weights", "is_causal")
+_MHA_ARGS = (
+    "query",
+    "key",
+    "value",
+    "key_padding_mask",
+    "need_weights",
+    "attn_mask",
+    "average_attn_weights",
+    "is_causal",
+)
 """``nn.MultiheadAttention.forward``'s parameters in order (positional calls map onto these)."""
 
 
@@ -37,29 +45,58 @@ def mha_weights(module: nn.MultiheadAttention, args: tuple, kwargs: dict[str, An
     value = call.get("value", key)
     attn_mask = call.get("attn_mask")
     key_padding_mask = F._canonical_mask(
-        mask=call.get("key_padding_mask"), mask_name="key_padding_mask",
-        other_type=F._none_or_dtype(attn_mask), other_name="attn_mask", target_type=query.dtype,
+        mask=call.get("key_padding_mask"),
+        mask_name="key_padding_mask",
+        other_type=F._none_or_dtype(attn_mask),
+        other_name="attn_mask",
+        target_type=query.dtype,
     )
     attn_mask = F._canonical_mask(
-        mask=attn_mask, mask_name="attn_mask", other_type=None, other_name="",
-        target_type=query.dtype, check_other=False,
+        mask=attn_mask,
+        mask_name="attn_mask",
+        other_type=None,
+        other_name="",
+        target_type=query.dtype,
+        check_other=False,
     )
     is_batched = query.dim() == 3
     if module.batch_first and is_batched:
         query, key, value = (x.transpose(1, 0) for x in (query, key, value))
     m = module
-    separate = {} if m._qkv_same_embed_dim else {
-        "use_separate_proj_weight": True, "q_proj_weight": m.q_proj_weight,
-        "k_proj_weight": m.k_proj_weight, "v_proj_weight": m.v_proj_weight,
-    }
+    separate = (
+        {}
+        if m._qkv_same_embed_dim
+        else {
+            "use_separate_proj_weight": True,
+            "q_proj_weight": m.q_proj_weight,
+            "k_proj_weight": m.k_proj_weight,
+            "v_proj_weight": m.v_proj_weight,
+        }
+    )
     with torch.no_grad():
         # is_causal=False: the hint only lets torch skip the mask, and with weights asked for it
         # uses the mask (the call's attn_mask) anyway.
         _, weights = F.multi_head_attention_forward(
-            query, key, value, m.embed_dim, m.num_heads, m.in_proj_weight, m.in_proj_bias, m.bias_k, m.bias_v,
-            m.add_zero_attn, 0.0, m.out_proj.weight, m.out_proj.bias, training=False,
-            key_padding_mask=key_padding_mask, need_weights=True, attn_mask=attn_mask,
-            average_attn_weights=False, is_causal=False, **separate,
+            query,
+            key,
+            value,
+            m.embed_dim,
+            m.num_heads,
+            m.in_proj_weight,
+            m.in_proj_bias,
+            m.bias_k,
+            m.bias_v,
+            m.add_zero_attn,
+            0.0,
+            m.out_proj.weight,
+            m.out_proj.bias,
+            training=False,
+            key_padding_mask=key_padding_mask,
+            need_weights=True,
+            attn_mask=attn_mask,
+            average_attn_weights=False,
+            is_causal=False,
+            **separate,
         )
     assert weights is not None
     return weights

@@ -41,13 +41,15 @@ def encode_indexed(indices: np.ndarray, palette: np.ndarray) -> bytes:
     if h == 0 or w == 0:
         raise ValueError("empty image")
     header = struct.pack(">IIBBBBB", w, h, 8, 3, 0, 0, 0)
-    return b"".join((
-        _SIGNATURE,
-        _chunk(b"IHDR", header),
-        _chunk(b"PLTE", np.ascontiguousarray(palette, dtype=np.uint8).tobytes()),
-        _chunk(b"IDAT", _idat(indices)),
-        _chunk(b"IEND", b""),
-    ))
+    return b"".join(
+        (
+            _SIGNATURE,
+            _chunk(b"IHDR", header),
+            _chunk(b"PLTE", np.ascontiguousarray(palette, dtype=np.uint8).tobytes()),
+            _chunk(b"IDAT", _idat(indices)),
+            _chunk(b"IEND", b""),
+        )
+    )
 
 
 def encode_rgb(rgb: np.ndarray) -> bytes:
@@ -58,9 +60,11 @@ def encode_rgb(rgb: np.ndarray) -> bytes:
     if h == 0 or w == 0:
         raise ValueError("empty image")
     header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return b"".join((
-        _SIGNATURE,
-        _chunk(b"IHDR", header),
-        _chunk(b"IDAT", _idat(rgb.reshape(h, w * 3))),
-        _chunk(b"IEND", b""),
-    ))
+    return b"".join(
+        (
+            _SIGNATURE,
+            _chunk(b"IHDR", header),
+            _chunk(b"IDAT", _idat(rgb.reshape(h, w * 3))),
+            _chunk(b"IEND", b""),
+        )
+    )

@@ -111,7 +111,11 @@ def block_reduce(x: Tensor, factor: int) -> Tensor:
     n = blocks(finite.to(x.dtype)).sum(dim=(-3, -1))
     out = torch.where(n > 0, total / n.clamp(min=1), torch.full_like(total, float("nan")))
     if not bool(finite.all()):
-        for kind, value in ((torch.isneginf, float("-inf")), (torch.isposinf, float("inf")), (torch.isnan, float("nan"))):
+        for kind, value in (
+            (torch.isneginf, float("-inf")),
+            (torch.isposinf, float("inf")),
+            (torch.isnan, float("nan")),
+        ):
             hit = blocks(kind(x).to(torch.uint8)).amax(dim=(-3, -1)).bool()
             out = torch.where(hit, torch.full_like(out, value), out)
     return out

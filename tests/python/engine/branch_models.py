@@ -26,10 +26,12 @@ class Gate(nn.Module):
 class Block(nn.Module):
     def __init__(self, dim: int, damp: bool) -> None:
         super().__init__()
-        self.branches = nn.ModuleDict({
-            "mix": nn.Linear(dim, dim),
-            "gate": Gate(dim, damp),
-        })
+        self.branches = nn.ModuleDict(
+            {
+                "mix": nn.Linear(dim, dim),
+                "gate": Gate(dim, damp),
+            }
+        )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         b = self.branches

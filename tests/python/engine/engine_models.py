@@ -61,6 +61,7 @@ class Net(nn.Module):
 def line_of(obj: object, text: str) -> tuple[str, int]:
     """(file, 1-based line) of the first source line of ``obj``'s file containing ``text``."""
     import inspect
+
     file = inspect.getsourcefile(obj)  # type: ignore[arg-type]
     assert file is not None
     with open(file, encoding="utf-8") as f:
@@ -75,8 +76,7 @@ def batch(seed: int, n: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 5, (n,), generator=g)
 
 
-def train(model: nn.Module, steps: int, plant: dict[int, object] | None = None,
-          optimizer: bool = True) -> list[float]:
+def train(model: nn.Module, steps: int, plant: dict[int, object] | None = None, optimizer: bool = True) -> list[float]:
     """A few SGD steps on generated batches; ``plant[step](model)`` runs before that step."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if optimizer else None
     losses = []
@@ -103,9 +103,14 @@ def outputs_alive_after_a_step(model: nn.Module, layers: list[str]) -> list[str]
     """Which of ``layers`` still have their output of a training step in memory once the step is
     over (any live tensor on that memory: Hookscope keeps detached views, not the output objects)."""
     import gc
+
     seen: dict[str, tuple[int, torch.Size]] = {}
-    handles = [model.get_submodule(name).register_forward_hook(
-        lambda m, a, out, name=name: seen.__setitem__(name, (out.data_ptr(), out.shape))) for name in layers]
+    handles = [
+        model.get_submodule(name).register_forward_hook(
+            lambda m, a, out, name=name: seen.__setitem__(name, (out.data_ptr(), out.shape))
+        )
+        for name in layers
+    ]
     x, y = batch(0)
     nn.functional.cross_entropy(model(x), y).backward()
     for handle in handles:
@@ -120,8 +125,14 @@ def hooks_left(model: nn.Module) -> list[str]:
     """Every hook dict entry on the model's modules and parameters (should be empty)."""
     left = []
     for name, m in model.named_modules():
-        for attr in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-                     "_state_dict_hooks", "_load_state_dict_pre_hooks"):
+        for attr in (
+            "_forward_hooks",
+            "_forward_pre_hooks",
+            "_backward_hooks",
+            "_backward_pre_hooks",
+            "_state_dict_hooks",
+            "_load_state_dict_pre_hooks",
+        ):
             if getattr(m, attr, None):
                 left.append(f"{name or '<root>'}.{attr}")
         if "forward" in vars(m):
@@ -132,9 +143,11 @@ def hooks_left(model: nn.Module) -> list[str]:
         if getattr(p, "_backward_hooks", None):
             left.append(f"{name}._backward_hooks")
     from torch.optim import optimizer
+
     if optimizer._global_optimizer_pre_hooks:
         left.append("global optimizer pre hooks")
     from torch.nn.modules import module as torch_module
+
     for kind in ("module", "parameter", "buffer"):
         if getattr(torch_module, f"_global_{kind}_registration_hooks"):
             left.append(f"global {kind} registration hooks")

@@ -6,11 +6,11 @@ import math
 
 import pytest
 import torch
+from engine_models import Block, Net, batch, hooks_left, line_of, train
 from torch import nn
 
-from engine_models import Block, Net, batch, hooks_left, line_of, train
-from hookscope.engine.core import Engine
 from hookscope.debugger.stop import BreakpointHit
+from hookscope.engine.core import Engine
 
 
 @pytest.fixture
@@ -36,12 +36,15 @@ def step(model: nn.Module, seed: int = 0) -> None:
     nn.functional.cross_entropy(model(x), y).backward()
 
 
-@pytest.mark.parametrize("spec, layers", [
-    ({"layer": "fc2"}, ["fc2"]),
-    ({"layer": "layer1.*.conv1"}, ["layer1.0.conv1", "layer1.1.conv1"]),
-    ({"cls": "BatchNorm2d"}, ["layer1.0.bn1", "layer1.1.bn1"]),
-    ({"cls": "Linear", "layer": "fc*"}, ["fc1", "fc2"]),
-])
+@pytest.mark.parametrize(
+    "spec, layers",
+    [
+        ({"layer": "fc2"}, ["fc2"]),
+        ({"layer": "layer1.*.conv1"}, ["layer1.0.conv1", "layer1.1.conv1"]),
+        ({"cls": "BatchNorm2d"}, ["layer1.0.bn1", "layer1.1.bn1"]),
+        ({"cls": "Linear", "layer": "fc*"}, ["fc1", "fc2"]),
+    ],
+)
 def test_spec_selects_layers(setup, spec, layers):
     model, engine, _ = setup
     hits: list = []
@@ -70,6 +73,7 @@ def test_call_site_line_selects_the_called_layer(setup):
 
 def test_calls_through_local_names_and_a_chosen_instance():
     from branch_models import Block, Gate, Stack
+
     model = Stack()
     engine = Engine(lambda _: None, shapes=False)
     engine.add_model("m", model)
@@ -79,19 +83,24 @@ def test_calls_through_local_names_and_a_chosen_instance():
         assert engine.set_breakpoints([{"id": "a", "file": file, "line": line}])[0]["layers"] == mix
         file, line = line_of(Gate, "return self.damp(torch.sigmoid(f(h)))")
         assert engine.set_breakpoints([{"id": "a", "file": file, "line": line}])[0]["layers"] == [
-            f"blocks.{i}.branches.gate.{name}" for i in range(3) for name in ("lin", "damp")]
+            f"blocks.{i}.branches.gate.{name}" for i in range(3) for name in ("lin", "damp")
+        ]
         # The conditional definition line: every instance, whichever branch made it.
         file, line = line_of(Gate, "self.damp = Damp() if damp else nn.Identity()")
         assert engine.set_breakpoints([{"id": "a", "file": file, "line": line}])[0]["layers"] == [
-            f"blocks.{i}.branches.gate.damp" for i in range(3)]
+            f"blocks.{i}.branches.gate.damp" for i in range(3)
+        ]
         # One instance chosen among those of a line (what the editor sends after its QuickPick):
         # layer and line together select it alone, on a call line and on a definition line.
         hits: list = []
-        resolved = engine.set_breakpoints([{"id": "a", "file": file, "line": line, "layer": "blocks.2.branches.gate.damp",
-                                            "callback": hits.append}])
+        resolved = engine.set_breakpoints(
+            [{"id": "a", "file": file, "line": line, "layer": "blocks.2.branches.gate.damp", "callback": hits.append}]
+        )
         assert resolved == [{"id": "a", "layers": ["blocks.2.branches.gate.damp"]}]
         file, line = line_of(Block, 'mixed = b["mix"](h)')
-        resolved = engine.set_breakpoints([{"id": "b", "file": file, "line": line, "layer": mix[1], "callback": hits.append}])
+        resolved = engine.set_breakpoints(
+            [{"id": "b", "file": file, "line": line, "layer": mix[1], "callback": hits.append}]
+        )
         assert resolved == [{"id": "b", "layers": [mix[1]]}]
         model(torch.randn(2, 4))
         assert [h.layer for h in hits] == [mix[1]]
@@ -110,8 +119,7 @@ def test_calls_through_local_names_and_a_chosen_instance():
 def test_explicit_locations_are_used(setup):
     model, engine, _ = setup
     engine.add_model("m2", model, locations={"fc2": ("/src/net.py", 7)})
-    resolved = engine.set_breakpoints([{"id": "x", "file": "/src/net.py", "line": 7, "model": "m2",
-                                        "callback": print}])
+    resolved = engine.set_breakpoints([{"id": "x", "file": "/src/net.py", "line": 7, "model": "m2", "callback": print}])
     assert resolved[0]["layers"] == ["fc2"]
     engine.remove_model("m2")
 
@@ -122,8 +130,9 @@ def test_spec_matching_nothing_says_so(setup):
     assert "matches no layer" in resolved[0]["error"]
     assert any(e["type"] == "notice" and "matches no layer" in e["message"] for e in events)
     assert hooks_left(model) == []
-    bad = engine.handle({"type": "setBreakpoints", "id": 1, "breakpoints": [{"id": "b", "layer": "fc1",
-                                                                            "phases": ["sideways"]}]})
+    bad = engine.handle(
+        {"type": "setBreakpoints", "id": 1, "breakpoints": [{"id": "b", "layer": "fc1", "phases": ["sideways"]}]}
+    )
     assert "phases" in bad["resolved"][0]["error"]
 
 
@@ -166,8 +175,7 @@ def test_param_grad_phase(setup):
 def test_nonfinite_condition_born_here_or_came_in(setup):
     model, engine, _ = setup
     hits: list = []
-    engine.set_breakpoints([{"id": "a", "cls": "Linear", "condition": {"kind": "nonfinite"},
-                             "callback": hits.append}])
+    engine.set_breakpoints([{"id": "a", "cls": "Linear", "condition": {"kind": "nonfinite"}, "callback": hits.append}])
     step(model)
     assert hits == []  # finite: does not fire
     with torch.no_grad():
@@ -177,10 +185,15 @@ def test_nonfinite_condition_born_here_or_came_in(setup):
     assert "NaN" in hits[0].reason
 
 
-@pytest.mark.parametrize("kind, threshold, fires", [
-    ("grad_norm_below", 1e9, True), ("grad_norm_below", 1e-12, False),
-    ("grad_norm_above", 1e-12, True), ("grad_norm_above", 1e9, False),
-])
+@pytest.mark.parametrize(
+    "kind, threshold, fires",
+    [
+        ("grad_norm_below", 1e9, True),
+        ("grad_norm_below", 1e-12, False),
+        ("grad_norm_above", 1e-12, True),
+        ("grad_norm_above", 1e9, False),
+    ],
+)
 def test_gradient_norm_conditions(setup, kind, threshold, fires):
     model, engine, _ = setup
     hits: list = []
@@ -272,6 +285,7 @@ def test_replacing_and_shutdown_leave_no_hook(setup):
 
 def test_absmax_and_norm_of_odd_tensors():
     from hookscope.hooks.conditions import _absmax, _norm
+
     assert _absmax([torch.tensor([1.0, -5.0, 2.0])]) == 5.0  # the negative side wins
     assert _absmax([torch.tensor([3, -7])]) == 7  # integers
     assert _absmax([torch.tensor([60000.0, -1.0], dtype=torch.half)]) == 60000.0
@@ -282,19 +296,37 @@ def test_absmax_and_norm_of_odd_tensors():
     assert _norm([torch.tensor([3.0]), torch.tensor([4.0])]) == pytest.approx(5.0)
 
 
-@pytest.mark.parametrize("raw", [
-    {"kind": "absmax_above", "threshold": 2.0}, {"kind": "nonfinite"},
-    {"kind": "grad_norm_above", "threshold": 2.0}, {"kind": "grad_norm_below", "threshold": 2.0},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"kind": "absmax_above", "threshold": 2.0},
+        {"kind": "nonfinite"},
+        {"kind": "grad_norm_above", "threshold": 2.0},
+        {"kind": "grad_norm_below", "threshold": 2.0},
+    ],
+)
 def test_the_cheap_reject_never_rejects_a_call_that_check_would_stop(raw):
     from hookscope.hooks.conditions import Condition, HookEvent
+
     condition = Condition.parse(raw)
     nan, inf = float("nan"), float("inf")
-    values = [torch.tensor([1.0, -1.5]), torch.tensor([1.0, -3.0]), torch.tensor([nan, 1.0]),
-              torch.tensor([inf]), torch.tensor([0.5], dtype=torch.half), torch.tensor([3, -1]),
-              (torch.tensor([0.1]), None, torch.tensor([-2.5])), {"a": torch.tensor([1.0])}, None]
-    fields = {"forward": ("output", "inputs"), "forward_pre": ("inputs", None),
-              "backward": ("grad_input", "grad_output"), "param_grad": ("grad", None)}
+    values = [
+        torch.tensor([1.0, -1.5]),
+        torch.tensor([1.0, -3.0]),
+        torch.tensor([nan, 1.0]),
+        torch.tensor([inf]),
+        torch.tensor([0.5], dtype=torch.half),
+        torch.tensor([3, -1]),
+        (torch.tensor([0.1]), None, torch.tensor([-2.5])),
+        {"a": torch.tensor([1.0])},
+        None,
+    ]
+    fields = {
+        "forward": ("output", "inputs"),
+        "forward_pre": ("inputs", None),
+        "backward": ("grad_input", "grad_output"),
+        "param_grad": ("grad", None),
+    }
     for phase, (produced_name, received_name) in fields.items():
         for produced in values:
             for received in values if received_name else [None]:
@@ -353,8 +385,14 @@ def test_backward_on_a_layer_that_returns_its_input_unchanged_gets_its_output_gr
     model = nn.Sequential(nn.Linear(4, 4), nn.Identity(), nn.Linear(4, 2))
     engine.add_model("seq", model)
     hits: list = []
-    set_bp(engine, hits, layer="1", model="seq", phases=["backward"],
-           condition={"kind": "grad_norm_above", "threshold": 0.0})
+    set_bp(
+        engine,
+        hits,
+        layer="1",
+        model="seq",
+        phases=["backward"],
+        condition={"kind": "grad_norm_above", "threshold": 0.0},
+    )
     h = model[0](torch.randn(3, 4))
     h.retain_grad()
     model[2](model[1](h)).sum().backward()

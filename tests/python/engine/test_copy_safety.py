@@ -13,21 +13,24 @@ import pickle
 
 import pytest
 import torch
+from engine_models import Net, batch, hooks_left, req
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
-from engine_models import Net, batch, hooks_left, req
 from hookscope.engine.core import Engine
 
 
-
 def every_feature(engine: Engine) -> None:
-    req(engine, "setBreakpoints", breakpoints=[
-        {"id": "f", "layer": "fc1", "phases": ["forward_pre", "forward"], "action": "log"},
-        {"id": "b", "layer": "layer1.0.conv1", "phases": ["backward"], "action": "log"},
-        {"id": "p", "layer": "fc2", "phases": ["param_grad"], "action": "log"},
-        {"id": "c", "layer": "*", "phases": ["forward"], "condition": {"kind": "nonfinite"}, "action": "log"},
-    ])
+    req(
+        engine,
+        "setBreakpoints",
+        breakpoints=[
+            {"id": "f", "layer": "fc1", "phases": ["forward_pre", "forward"], "action": "log"},
+            {"id": "b", "layer": "layer1.0.conv1", "phases": ["backward"], "action": "log"},
+            {"id": "p", "layer": "fc2", "phases": ["param_grad"], "action": "log"},
+            {"id": "c", "layer": "*", "phases": ["forward"], "condition": {"kind": "nonfinite"}, "action": "log"},
+        ],
+    )
     req(engine, "setBreakOnNonFinite", enabled=True)
     req(engine, "watch", layers=["fc1", "layer1.0"], rateHz=1000.0)
     req(engine, "addIntervention", layer="fc1", kind="scale", value=1.0)

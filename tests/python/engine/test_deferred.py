@@ -11,11 +11,11 @@ import pickle
 
 import pytest
 import torch
+from engine_models import hooks_left
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from engine_models import hooks_left
 from hookscope.engine import deferred
 from hookscope.engine.core import Engine
 
@@ -58,11 +58,18 @@ class Picks(nn.Module):
 
 
 def layer(kind: str, width: int) -> nn.Module:
-    return {"linear": lambda: nn.Linear(width, width), "tanh": nn.Tanh, "relu": lambda: nn.Sequential(nn.Linear(width, width), nn.ReLU(inplace=True)),
-            "norm": lambda: nn.LayerNorm(width), "drop": lambda: nn.Dropout(0.3),
-            "res": lambda: Residual(width, True), "res2": lambda: Residual(width, False),
-            "picks": lambda: Picks(width), "seq": lambda: nn.Sequential(nn.Linear(width, width), nn.Tanh()),
-            "scale": lambda: _Scale()}[kind]()
+    return {
+        "linear": lambda: nn.Linear(width, width),
+        "tanh": nn.Tanh,
+        "relu": lambda: nn.Sequential(nn.Linear(width, width), nn.ReLU(inplace=True)),
+        "norm": lambda: nn.LayerNorm(width),
+        "drop": lambda: nn.Dropout(0.3),
+        "res": lambda: Residual(width, True),
+        "res2": lambda: Residual(width, False),
+        "picks": lambda: Picks(width),
+        "seq": lambda: nn.Sequential(nn.Linear(width, width), nn.Tanh()),
+        "scale": lambda: _Scale(),
+    }[kind]()
 
 
 class _Scale(nn.Module):
@@ -74,11 +81,16 @@ class _Scale(nn.Module):
 
 KINDS = ["linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "seq", "scale"]
 
-conditions = st.sampled_from([
-    ("absmax_above", ["forward"]), ("absmax_above", ["forward", "backward"]), ("absmax_above", ["backward"]),
-    ("grad_norm_above", ["backward"]), ("grad_norm_below", ["backward"]),
-    ("nonfinite", ["forward_pre", "forward", "backward"]),
-])
+conditions = st.sampled_from(
+    [
+        ("absmax_above", ["forward"]),
+        ("absmax_above", ["forward", "backward"]),
+        ("absmax_above", ["backward"]),
+        ("grad_norm_above", ["backward"]),
+        ("grad_norm_below", ["backward"]),
+        ("nonfinite", ["forward_pre", "forward", "backward"]),
+    ]
+)
 
 
 def build(kinds: list[str], seed: int, width: int = 6) -> nn.Module:
@@ -86,15 +98,15 @@ def build(kinds: list[str], seed: int, width: int = 6) -> nn.Module:
     return nn.Sequential(nn.Linear(4, width), *[layer(k, width) for k in kinds], nn.Linear(width, 3))
 
 
-def run(model: nn.Module, cond: dict, phases: list[str], steps: int, seed: int,
-        plant_nan_at: int | None) -> tuple[list[tuple], list[dict]]:
+def run(
+    model: nn.Module, cond: dict, phases: list[str], steps: int, seed: int, plant_nan_at: int | None
+) -> tuple[list[tuple], list[dict]]:
     """Train ``model`` a few steps with a breakpoint on every layer; (layer, phase, step, reason) of each hit."""
     events: list[dict] = []
     engine = Engine(events.append, shapes=False)
     engine.add_model("m", model)
     hits: list = []
-    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": phases, "condition": cond,
-                             "callback": hits.append}])
+    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": phases, "condition": cond, "callback": hits.append}])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # dropout masks: the same in both runs
@@ -119,13 +131,18 @@ def threshold_for(kind: str, kinds: list[str], seed: int, quantile: float) -> fl
     hooks = []
     for module in model.modules():
         if kind == "absmax_above":
-            hooks.append(module.register_forward_hook(
-                lambda m, a, o: values.extend(float(t.detach().abs().max()) for t in _floats(o))))
+            hooks.append(
+                module.register_forward_hook(
+                    lambda m, a, o: values.extend(float(t.detach().abs().max()) for t in _floats(o))
+                )
+            )
         else:  # tensor hooks: a full backward hook forbids the in-place ReLU after a layer
+
             def hook_grads(m: nn.Module, a: tuple, o: object) -> None:
                 for t in _floats(o):
                     if t.requires_grad:
                         t.register_hook(lambda g: values.append(float(g.norm())))
+
             hooks.append(module.register_forward_hook(hook_grads))
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(seed)) * 3
     nn.functional.mse_loss(model(x), torch.zeros(5, 3)).backward()
@@ -141,12 +158,20 @@ def _floats(value) -> list[torch.Tensor]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=5), condition=conditions,
-       quantile=st.floats(0.0, 1.0), seed=st.integers(0, 10_000), nan=st.sampled_from([None, 1]))
+@given(
+    kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=5),
+    condition=conditions,
+    quantile=st.floats(0.0, 1.0),
+    seed=st.integers(0, 10_000),
+    nan=st.sampled_from([None, 1]),
+)
 def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, quantile, seed, nan):
     kind, phases = condition
-    cond = {"kind": kind} if kind == "nonfinite" else {
-        "kind": kind, "threshold": threshold_for(kind, kinds, seed, quantile)}
+    cond = (
+        {"kind": kind}
+        if kind == "nonfinite"
+        else {"kind": kind, "threshold": threshold_for(kind, kinds, seed, quantile)}
+    )
     plant = nan if kind == "nonfinite" else None
     original = deferred.DEFER_MIN_LAYERS
     try:
@@ -167,8 +192,17 @@ def test_a_hit_stops_in_the_replay_with_the_call_values_and_the_step_goes_on_unc
     engine = Engine(lambda e: None, shapes=False)
     engine.add_model("m", model)
     hits: list = []
-    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward", "backward"],
-                             "condition": {"kind": "absmax_above", "threshold": 0.0}, "callback": hits.append}])
+    engine.set_breakpoints(
+        [
+            {
+                "id": "bp",
+                "layer": "*",
+                "phases": ["forward", "backward"],
+                "condition": {"kind": "absmax_above", "threshold": 0.0},
+                "callback": hits.append,
+            }
+        ]
+    )
     assert engine._breakpoints.breakpoints[0].deferred == ("forward", "backward")
     x = torch.randn(5, 4)
     torch.manual_seed(1)
@@ -193,8 +227,9 @@ def test_copies_and_pickles_of_a_watched_model_carry_no_wrapper():
     model = build(["tanh", "linear", "relu"], 0)
     engine = Engine(lambda e: None, shapes=False)
     engine.add_model("m", model)
-    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward"],
-                             "condition": {"kind": "absmax_above", "threshold": 1e30}}])
+    engine.set_breakpoints(
+        [{"id": "bp", "layer": "*", "phases": ["forward"], "condition": {"kind": "absmax_above", "threshold": 1e30}}]
+    )
     assert "forward" in vars(model[1])  # wrapped, not hooked
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert [h for h in hooks_left(clone) if not h.startswith("global")] == []  # (the engine's are global)
@@ -208,8 +243,17 @@ def test_a_layer_called_outside_its_model_is_checked_at_once():
     engine = Engine(lambda e: None, shapes=False)
     engine.add_model("m", model)
     hits: list = []
-    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward", "backward"],
-                             "condition": {"kind": "absmax_above", "threshold": 0.0}, "callback": hits.append}])
+    engine.set_breakpoints(
+        [
+            {
+                "id": "bp",
+                "layer": "*",
+                "phases": ["forward", "backward"],
+                "condition": {"kind": "absmax_above", "threshold": 0.0},
+                "callback": hits.append,
+            }
+        ]
+    )
     h = model[2](torch.randn(3, 6, requires_grad=True))  # no snapshot to replay: the exact test, inline
     h.sum().backward()
     assert [(x.layer, x.phase) for x in hits] == [("2", "forward"), ("2", "backward")]
@@ -222,8 +266,9 @@ def test_a_user_hook_on_a_layer_keeps_it_hooked_not_wrapped():
     model[1].register_forward_hook(lambda m, a, o: o * 2)  # changes the output the exact test sees
     engine = Engine(lambda e: None, shapes=False)
     engine.add_model("m", model)
-    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward"],
-                             "condition": {"kind": "absmax_above", "threshold": 1e30}}])
+    engine.set_breakpoints(
+        [{"id": "bp", "layer": "*", "phases": ["forward"], "condition": {"kind": "absmax_above", "threshold": 1e30}}]
+    )
     assert "forward" not in vars(model[1]) and "forward" in vars(model[0])
     engine.shutdown()
 
@@ -255,10 +300,21 @@ def test_root_hooks_called_as_removed_hooks_stay_quiet():
     model = build(["tanh", "linear", "relu"], 0)
     engine = Engine(lambda e: None, shapes=False)
     engine.add_model("m", model)
-    engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["forward", "backward"],
-                             "condition": {"kind": "absmax_above", "threshold": 1e30}}])
-    pre = [h for h in model._forward_pre_hooks.values() if "deferred" in getattr(h, "__module__", "")
-           or "deferred" in type(getattr(h, "__self__", None)).__module__]
+    engine.set_breakpoints(
+        [
+            {
+                "id": "bp",
+                "layer": "*",
+                "phases": ["forward", "backward"],
+                "condition": {"kind": "absmax_above", "threshold": 1e30},
+            }
+        ]
+    )
+    pre = [
+        h
+        for h in model._forward_pre_hooks.values()
+        if "deferred" in getattr(h, "__module__", "") or "deferred" in type(getattr(h, "__self__", None)).__module__
+    ]
     post = [h for h in model._forward_hooks.values() if "deferred" in type(getattr(h, "__self__", None)).__module__]
     assert pre and post, "the deferred path hooks the root"
     engine.shutdown()

@@ -19,7 +19,7 @@ from hookscope.terminal.dap_client import DapClient
 
 pytestmark = pytest.mark.slow
 
-DEBUGGEE = textwrap.dedent('''
+DEBUGGEE = textwrap.dedent("""
     import json, sys
     import torch
     from torch import nn
@@ -35,7 +35,7 @@ DEBUGGEE = textwrap.dedent('''
     engine.shutdown()
     with open(sys.argv[1], "w") as f:
         json.dump([{k: v for k, v in e.items() if k != "summaries"} for e in events], f)
-''')
+""")
 
 
 def launch(tmp_path: Path, rules: list[dict]) -> tuple[DapClient, Path]:
@@ -45,9 +45,18 @@ def launch(tmp_path: Path, rules: list[dict]) -> tuple[DapClient, Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKSCOPE_")}
     dap = DapClient.start_adapter(sys.executable)
     dap.initialize("hookscope-engine-test")
-    arguments = {"name": "engine test", "type": "debugpy", "request": "launch", "program": str(script),
-                 "args": [str(out)], "cwd": str(tmp_path), "python": [sys.executable],
-                 "console": "internalConsole", "justMyCode": True, "env": env}
+    arguments = {
+        "name": "engine test",
+        "type": "debugpy",
+        "request": "launch",
+        "program": str(script),
+        "args": [str(out)],
+        "cwd": str(tmp_path),
+        "python": [sys.executable],
+        "console": "internalConsole",
+        "justMyCode": True,
+        "env": env,
+    }
     arguments["rules"] = rules
     pending = dap.send_request("launch", arguments)
     dap.wait_event("initialized", timeout=120)
@@ -69,7 +78,10 @@ def test_stop_is_shown_in_user_code_and_continue_works(tmp_path):
         # nn.Sequential calls layer 0 from torch's code and the engine here records no creation
         # lines (no discovery): the backward stop is shown at the line running backward.
         assert (frame["name"], frame["source"]["path"], frame["line"]) == (
-            "0 · backward", str(tmp_path / "debuggee.py"), backward_line())
+            "0 · backward",
+            str(tmp_path / "debuggee.py"),
+            backward_line(),
+        )
         stack = dap.request("stackTrace", {"threadId": stopped["body"]["threadId"]})["stackFrames"]
         assert [f["source"]["path"] for f in stack] == [str(tmp_path / "debuggee.py")] * 2, stack
         names = dap.frame_variables(frame["id"])
@@ -89,8 +101,7 @@ def test_stop_is_shown_in_user_code_and_continue_works(tmp_path):
 
 def test_a_stop_the_debugger_would_hide_is_reported(tmp_path):
     # The model's own file excluded by a rule: no line is left to show the stop at.
-    dap, out = launch(tmp_path, [{"path": str(tmp_path), "include": False},
-                                 {"module": "hookscope", "include": False}])
+    dap, out = launch(tmp_path, [{"path": str(tmp_path), "include": False}, {"module": "hookscope", "include": False}])
     try:
         deadline = time.monotonic() + 120
         while not dap.events("terminated"):

@@ -4,20 +4,20 @@ nn.MultiheadAttention called with need_weights=False is recomputed without touch
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
+from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, req
 from torch import nn
 
-from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, req
-from hookscope.link import protocol
 from hookscope.debugger import stop
 from hookscope.engine.core import Engine
 from hookscope.hooks.kept_outputs import BreakpointOutputs
+from hookscope.link import protocol
 from hookscope.link.protocol import ProtocolError
 from hookscope.visuals import mha_weights
-
 
 
 def render(engine: Engine, view: str = "featureMap", **fields: Any) -> dict:
@@ -39,12 +39,14 @@ def step(model: nn.Module, seed: int = 0) -> None:
 def at_stops(monkeypatch):
     """``at_stops(engine, look)``: every stop pauses as under a debugger, and ``look(engine, paused)``
     runs while paused (the agent thread's view of the stop); returns what each call returned."""
+
     def install(engine: Engine, look: Callable[[Engine, dict], Any]) -> list[Any]:
         seen: list[Any] = []
         monkeypatch.setattr(stop, "debugger_connected", lambda: True)
         monkeypatch.setattr(stop, "prepare", lambda *a, **k: object())
         monkeypatch.setattr(stop, "pause", lambda frame: seen.append(look(engine, engine._paused)))
         return seen
+
     return install
 
 
@@ -64,20 +66,30 @@ def test_a_backward_stop_shows_the_gradient_and_the_output_of_the_same_step(net,
     engine.set_breakpoints([{"id": "b", "layer": "layer1.0.conv1", "phases": ["backward"]}])
 
     def look(engine: Engine, paused: dict) -> dict:
-        return {"grad": render(engine, layer="layer1.0.conv1", tensor="grad_output"),
-                "output": render(engine, layer="layer1.0.conv1", tensor="output"),
-                "histogram": render(engine, "histogram", layer="layer1.0.conv1", tensor="grad_output[0]")}
+        return {
+            "grad": render(engine, layer="layer1.0.conv1", tensor="grad_output"),
+            "output": render(engine, layer="layer1.0.conv1", tensor="output"),
+            "histogram": render(engine, "histogram", layer="layer1.0.conv1", tensor="grad_output[0]"),
+        }
 
     seen = at_stops(engine, look)
     step(model)
     step(model, 1)
     assert len(seen) == 2
     for number, images in enumerate(seen):  # steps count from 0 (protocol.STEP_MEANING)
-        assert images["grad"]["meta"]["of"] == {"layer": "layer1.0.conv1", "tensor": "grad_output[0]",
-                                                "step": number, "phase": "backward"}
+        assert images["grad"]["meta"]["of"] == {
+            "layer": "layer1.0.conv1",
+            "tensor": "grad_output[0]",
+            "step": number,
+            "phase": "backward",
+        }
         assert images["grad"]["meta"]["layout"] == "grid"  # a 4-D gradient: a feature map of its channels
-        assert images["output"]["meta"]["of"] == {"layer": "layer1.0.conv1", "tensor": "output",
-                                                  "step": number, "phase": "forward"}
+        assert images["output"]["meta"]["of"] == {
+            "layer": "layer1.0.conv1",
+            "tensor": "output",
+            "step": number,
+            "phase": "forward",
+        }
         assert images["output"]["meta"]["shape"] == [4, 8, 8, 8]
         assert images["histogram"]["meta"]["of"]["tensor"] == "grad_output[0]"
 
@@ -85,8 +97,13 @@ def test_a_backward_stop_shows_the_gradient_and_the_output_of_the_same_step(net,
 def test_a_forward_stop_pictures_its_own_output_and_a_parameter_stop_its_gradient(net, at_stops):
     model, engine = net
     engine.set_breakpoints([{"id": "f", "layer": "fc1", "phases": ["forward", "param_grad"]}])
-    seen = at_stops(engine, lambda e, paused: (paused["phase"], render(e, layer="fc1", tensor=(
-        "grad" if paused["phase"] == "param_grad" else "output"))["meta"]))
+    seen = at_stops(
+        engine,
+        lambda e, paused: (
+            paused["phase"],
+            render(e, layer="fc1", tensor=("grad" if paused["phase"] == "param_grad" else "output"))["meta"],
+        ),
+    )
     step(model)
     forward = [meta for phase, meta in seen if phase == "forward"]
     grads = [meta for phase, meta in seen if phase == "param_grad"]
@@ -141,8 +158,9 @@ def test_an_output_changed_in_place_after_the_layer_is_said_to_be(net, at_stops)
 def test_only_layers_with_a_breakpoint_keep_their_output_and_not_after_it_is_removed(net):
     model, engine = net
     layers = ["stem", "layer1.0.conv1", "layer1.1.conv1", "fc1", "fc2"]
-    engine.set_breakpoints([{"id": "b", "layer": "layer1.*.conv1", "phases": ["backward"],
-                             "callback": lambda hit: None}])
+    engine.set_breakpoints(
+        [{"id": "b", "layer": "layer1.*.conv1", "phases": ["backward"], "callback": lambda hit: None}]
+    )
     assert outputs_alive_after_a_step(model, layers) == ["layer1.0.conv1", "layer1.1.conv1"]
     assert render(engine, layer="layer1.1.conv1")["meta"]["of"]["step"] == 0  # live: the last forward
     engine.set_breakpoints([])
@@ -282,8 +300,9 @@ def test_only_probabilities_are_taken_as_attention_from_a_module_that_is_not_att
     model = HandWritten()
     engine = Engine(lambda e: None, shapes=False)
     engine.add_model("m", model)
-    engine.set_breakpoints([{"id": "s", "layer": "softmax", "phases": ["forward"]},
-                            {"id": "l", "layer": "score", "phases": ["forward"]}])
+    engine.set_breakpoints(
+        [{"id": "s", "layer": "softmax", "phases": ["forward"]}, {"id": "l", "layer": "score", "phases": ["forward"]}]
+    )
 
     def look(engine: Engine, paused: dict) -> Any:
         try:
@@ -309,11 +328,14 @@ def test_without_numpy_or_matplotlib_a_picture_is_a_note_naming_the_packages_and
     model, engine = net
     step(model)
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a)
+    )
     error = render_error(engine, layer="conv1", tensor="output")
     assert error.code == protocol.ERR_NOT_AVAILABLE
     assert str(error).startswith("Feature maps need matplotlib, which ") and sys.executable in str(error)
     assert f"{sys.executable} -m pip install matplotlib" in str(error)
-    assert "Gradient-flow charts need matplotlib" in str(pytest.raises(ProtocolError, render, engine, "gradientFlow").value)
+    assert "Gradient-flow charts need matplotlib" in str(
+        pytest.raises(ProtocolError, render, engine, "gradientFlow").value
+    )
     assert image_packages.missing("histogram") == ["matplotlib"]

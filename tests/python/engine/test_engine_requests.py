@@ -8,11 +8,11 @@ import types
 
 import pytest
 import torch
+from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, req, train
 from torch import nn
 
-from engine_models import Net, batch, hooks_left, outputs_alive_after_a_step, req, train
-from hookscope.link import protocol
 from hookscope.engine.core import Engine
+from hookscope.link import protocol
 from hookscope.link.protocol import ProtocolError
 
 
@@ -26,7 +26,6 @@ def setup():
     yield model, engine, events
     engine.shutdown()
     assert hooks_left(model) == []
-
 
 
 def step(model: nn.Module, seed: int = 0) -> None:
@@ -66,8 +65,14 @@ def test_a_shutdown_inside_the_first_forward_leaves_no_shape_hook():
     assert hooks_left(model) == []
 
 
-@pytest.mark.parametrize("where", [{"layer": "fc1", "phases": ["forward"]}, {"cls": "Net", "phases": ["forward_pre"]},
-                                   {"cls": "Net", "phases": ["forward"]}])
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"layer": "fc1", "phases": ["forward"]},
+        {"cls": "Net", "phases": ["forward_pre"]},
+        {"cls": "Net", "phases": ["forward"]},
+    ],
+)
 def test_a_shutdown_while_stopped_in_a_hook_never_raises_into_training(where):
     """The editor goes away while the program is stopped in a layer breakpoint's hook. torch's loop over
     that module's hooks already holds Hookscope's later ones; removing them takes them out of the
@@ -160,13 +165,13 @@ def fake_engine_clock(monkeypatch) -> list[float]:
     from hookscope.engine import core as engine_mod
 
     now = [1000.0]
-    monkeypatch.setattr(engine_mod, "time", types.SimpleNamespace(monotonic=lambda: now[0],
-                                                                 perf_counter=lambda: now[0]))
+    monkeypatch.setattr(
+        engine_mod, "time", types.SimpleNamespace(monotonic=lambda: now[0], perf_counter=lambda: now[0])
+    )
     return now
 
 
-def test_the_layers_stay_in_the_same_steps_when_summarising_them_takes_longer_than_the_interval(
-        setup, monkeypatch):
+def test_the_layers_stay_in_the_same_steps_when_summarising_them_takes_longer_than_the_interval(setup, monkeypatch):
     """A round of summaries slower than the watch interval (big activations, a slow machine) must
     not split the layers over two steps for good. The engine's clock is a fake one that each
     summary moves on by 20 ms: one round over 16 layers then takes 320 ms, the interval 50 ms."""
@@ -179,6 +184,7 @@ def test_the_layers_stay_in_the_same_steps_when_summarising_them_takes_longer_th
     def slow_summaries(tensors):
         now[0] += 0.02
         return summarize_many(tensors)
+
     monkeypatch.setattr(summaries, "summarize_many", slow_summaries)
     layers = [name for name, _ in model.named_modules() if name]
     req(engine, "watch", layers=layers, rateHz=20.0)
@@ -246,6 +252,7 @@ def test_the_budget_counts_putting_the_hooks_back_too(setup, monkeypatch):
     def costly_arm(watch):
         now[0] += 0.01
         arm(watch)
+
     monkeypatch.setattr(engine, "_arm", costly_arm)
     layers = ["stem", "layer1.0", "fc1", "fc2"]
     req(engine, "watch", layers=layers, rateHz=20.0)  # a round every 50 ms if sampling were free
@@ -291,8 +298,9 @@ def test_training_is_bit_exact_with_everything_watched():
     engine = Engine(lambda e: None)
     engine.add_model("m", watched)
     engine.handle({"type": "watch", "id": 1, "layers": [n for n, _ in watched.named_modules()], "rateHz": 1e6})
-    engine.set_breakpoints([{"id": "a", "layer": "*", "phases": ["forward", "backward", "param_grad"],
-                             "callback": lambda hit: None}])
+    engine.set_breakpoints(
+        [{"id": "a", "layer": "*", "phases": ["forward", "backward", "param_grad"], "callback": lambda hit: None}]
+    )
     engine.set_break_on_nonfinite(True)
     torch.manual_seed(5)
     losses = train(watched, 4)
@@ -331,6 +339,7 @@ def test_render_feature_map_captures_on_demand(setup):
 
 def test_a_watch_keeps_no_activation_alive_and_a_render_keeps_only_the_last_few_rendered(setup):
     from hookscope.engine.core import RENDERED_LAYERS_KEPT
+
     model, engine, _ = setup
     layers = ["stem", "layer1.0", "layer1.1", "pool", "fc1", "fc2"]
     req(engine, "watch", layers=layers, rateHz=1000.0)
@@ -374,8 +383,7 @@ def test_breakpoints_and_watches_set_earlier_see_the_intervened_output(setup):
     """An intervention acts like an edit of the layer: hooks registered before it see its result."""
     model, engine, events = setup
     req(engine, "watch", layers=["fc1"], rateHz=1000.0)
-    req(engine, "setBreakpoints", breakpoints=[{"id": "b", "layer": "fc1", "phases": ["forward"],
-                                                 "action": "log"}])
+    req(engine, "setBreakpoints", breakpoints=[{"id": "b", "layer": "fc1", "phases": ["forward"], "action": "log"}])
     req(engine, "addIntervention", layer="fc1", kind="scale", value=0.0)
     step(model)
     hit = next(e for e in events if e["type"] == "hit")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_models import hooks_left
 from torch import nn
 
-from engine_models import hooks_left
-from hookscope.terminal.cli import build_parser
 from hookscope.engine.core import Engine
 from hookscope.link.protocol import check_bounds
+from hookscope.terminal.cli import build_parser
 
 
 class Chain(nn.Module):
@@ -117,8 +117,7 @@ def test_with_break_on_nan_the_nan_stop_comes_first(setup):
 
 
 def test_the_cli_takes_the_thresholds():
-    args = build_parser().parse_args(["run", "--break-on-exploding", "100", "--break-on-vanishing", "1e-7",
-                                      "train.py"])
+    args = build_parser().parse_args(["run", "--break-on-exploding", "100", "--break-on-vanishing", "1e-7", "train.py"])
     assert (args.break_on_exploding, args.break_on_vanishing) == (100.0, 1e-7)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--break-on-exploding", "-3", "train.py"])

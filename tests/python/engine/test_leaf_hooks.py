@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_models import SqrtAtZero, hooks_left
 from torch import nn
 
-from engine_models import SqrtAtZero, hooks_left
 from hookscope.engine import deferred
 from hookscope.engine.core import Engine
 from hookscope.hooks.leaf_hooks import KEPT_MAX, LeafHooks
@@ -53,27 +53,46 @@ def leafy():
 def test_a_breakpoint_leaves_no_hook_on_a_reused_input_or_a_parameter_passed_to_a_layer(leafy):
     model, engine, x = leafy
     hits: list = []
-    engine.set_breakpoints([{"id": "every", "layer": "*", "phases": ["backward"], "callback": hits.append,
-                             "condition": {"kind": "grad_norm_above", "threshold": 0.0}}])
+    engine.set_breakpoints(
+        [
+            {
+                "id": "every",
+                "layer": "*",
+                "phases": ["backward"],
+                "callback": hits.append,
+                "condition": {"kind": "grad_norm_above", "threshold": 0.0},
+            }
+        ]
+    )
     for _ in range(20):
         model(x).sum().backward()
         assert hooks_on(x, model.query) == 0
     # each layer's backward fired once per step, none of them again for an older step
     layers = ["", "embed", "same", "mix", "odd"]
-    assert [h.layer for h in hits] == [h.layer for h in hits[:len(layers)]] * 20
-    assert sorted(h.layer for h in hits[:len(layers)]) == sorted(layers)
+    assert [h.layer for h in hits] == [h.layer for h in hits[: len(layers)]] * 20
+    assert sorted(h.layer for h in hits[: len(layers)]) == sorted(layers)
     same = [h for h in hits if h.layer == "same"][-1]
     torch.testing.assert_close(same.grad_output[0], model.query.grad / 20)  # the last step's, exact
 
 
 @pytest.mark.parametrize("deferred_min", [10**9, 1], ids=["exact", "deferred"])
 def test_forwards_without_a_backward_keep_a_bounded_number_then_none_once_the_breakpoint_goes(
-        leafy, monkeypatch, deferred_min):
+    leafy, monkeypatch, deferred_min
+):
     monkeypatch.setattr(deferred, "DEFER_MIN_LAYERS", deferred_min)
     model, engine, x = leafy
     # abs-max on the backward phase looks at grad_input: both paths hook the layers' inputs
-    engine.set_breakpoints([{"id": "every", "layer": "*", "phases": ["backward"], "callback": lambda h: None,
-                             "condition": {"kind": "absmax_above", "threshold": 1e30}}])
+    engine.set_breakpoints(
+        [
+            {
+                "id": "every",
+                "layer": "*",
+                "phases": ["backward"],
+                "callback": lambda h: None,
+                "condition": {"kind": "absmax_above", "threshold": 1e30},
+            }
+        ]
+    )
     for _ in range(3 * KEPT_MAX):
         model(x)  # grad enabled, but no backward (an evaluation pass that forgot no_grad)
     # exact: layer "" and "embed" each keep at most KEPT_MAX on x; deferred: one bound for the breakpoint
@@ -125,8 +144,17 @@ def test_a_forward_with_no_backward_does_not_fire_at_the_next_steps_backward(lea
     # input's gradient: it must not report a backward of the call that never had one.
     model, engine, x = leafy
     hits: list = []
-    engine.set_breakpoints([{"id": "every", "layer": "*", "phases": ["backward"], "callback": hits.append,
-                             "condition": {"kind": "absmax_above", "threshold": 0.0}}])  # reads grad_input
+    engine.set_breakpoints(
+        [
+            {
+                "id": "every",
+                "layer": "*",
+                "phases": ["backward"],
+                "callback": hits.append,
+                "condition": {"kind": "absmax_above", "threshold": 0.0},
+            }
+        ]
+    )  # reads grad_input
     model(x)  # an evaluation pass that forgot no_grad
     model(x).sum().backward()
     layers = [h.layer for h in hits]
@@ -138,6 +166,7 @@ def test_a_forward_with_no_backward_does_not_fire_at_the_next_steps_backward(lea
 
 def test_hook_gradient_on_an_activation_fires_like_register_hook_and_needs_no_handle():
     from hookscope.hooks.leaf_hooks import hook_gradient
+
     x = torch.randn(3, requires_grad=True)
     y = x * 2  # an activation
     got, theirs = [], []

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from engine_models import Net, hooks_left, train
 from torch import nn
 
-from engine_models import Net, hooks_left, train
 from hookscope.engine.core import Engine
 from hookscope.hooks.module_tensors import REFRESH_EVERY, ModuleTensors, StructureWatch
 
@@ -61,6 +61,7 @@ def test_replaced_tensors_are_current_without_any_structure_change():
 
 def test_gradients_come_in_two_groups_small_cpu_ones_to_flatten_each_tied_weight_once():
     from hookscope.hooks.module_tensors import FLATTEN_MAX_NUMEL
+
     model = nn.Sequential(nn.Embedding(1000, 16), nn.Linear(16, 16), nn.Linear(16, 1000))
     model[2].weight = model[0].weight  # tied: one gradient, checked once
     model(torch.arange(4)).sum().backward()

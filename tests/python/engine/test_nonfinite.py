@@ -6,11 +6,11 @@ import copy
 
 import pytest
 import torch
+from engine_models import Net, batch, hooks_left, train
 from torch import nn
 
-from engine_models import Net, batch, hooks_left, train
-from hookscope.engine.core import Engine
 from hookscope.debugger.stop import BreakpointHit
+from hookscope.engine.core import Engine
 
 
 def make(seed: int = 0) -> Net:
@@ -62,6 +62,7 @@ def test_forward_nan_found_in_the_layer_that_produced_it_with_exact_replay():
     def record(module, args, output):
         counter["calls"] += 1
         seen[counter["calls"]] = output.detach().clone()
+
     model.fc1.register_forward_hook(record)
     engine, events, hits, _ = run_with_engine(model, 6, {3: plant_forward_nan})
 
@@ -174,8 +175,8 @@ def test_reports_once_until_a_clean_step_then_again():
 def test_after_a_stop_it_fires_at_the_next_new_nan_and_is_quiet_while_the_weights_are_nan():
     """REARM_RULE: one stop per step; a later bad step stops again when the weights are finite;
     while they hold NaN/Inf it is quiet (one notice) until a clean step re-arms it (one notice)."""
-    from hookscope.link import protocol
     from hookscope.engine.nonfinite import REARM_RULE
+    from hookscope.link import protocol
 
     model = make()
     engine, events, hits, _ = run_with_engine(model, 0, {})
@@ -238,6 +239,7 @@ def test_no_hooks_when_off_and_none_left_after_turning_off():
 
 def test_the_gradient_check_is_exact_where_a_sum_or_norm_overflows_and_for_odd_dtypes():
     from hookscope.engine.nonfinite import _grads_finite
+
     nan, inf = float("nan"), float("inf")
     big = torch.full((64,), 60000.0, dtype=torch.half)  # finite, but its norm is far above fp16's max
     huge = torch.full((64,), 3e38)  # finite fp32, but its sum and its norm overflow
@@ -268,9 +270,13 @@ def test_the_forward_check_is_exact_for_a_huge_finite_output_and_odd_output_dtyp
     hits = []
     engine = Engine(lambda e: None, shapes=False)
     engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
-    cases = {"huge": torch.full((8,), 3e38), "half": torch.full((4,), 60000.0, dtype=torch.half),
-             "ints": torch.arange(3), "half nan": torch.tensor([1.0, float("nan")], dtype=torch.half),
-             "fp32 inf": torch.tensor([1.0, float("inf")])}
+    cases = {
+        "huge": torch.full((8,), 3e38),
+        "half": torch.full((4,), 60000.0, dtype=torch.half),
+        "ints": torch.arange(3),
+        "half nan": torch.tensor([1.0, float("nan")], dtype=torch.half),
+        "fp32 inf": torch.tensor([1.0, float("inf")]),
+    }
     models = {name: Emit(value) for name, value in cases.items()}
     for name, model in models.items():
         engine.add_model(name, model)
@@ -343,7 +349,9 @@ def test_two_watched_roots_sharing_one_output_each_see_its_gradient():
     engine.set_break_on_nonfinite(True, action="callback", callback=hits.append)
     (outer(torch.randn(3, 4)).sum() * torch.tensor(float("nan"))).backward()
     assert sorted((type(h.module).__name__, h.origin) for h in hits) == [
-        ("Linear", "came in from the loss"), ("Wrapper", "came in from the loss")], [h.reason for h in hits]
+        ("Linear", "came in from the loss"),
+        ("Wrapper", "came in from the loss"),
+    ], [h.reason for h in hits]
     engine.shutdown()
 
 

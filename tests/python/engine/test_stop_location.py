@@ -49,7 +49,8 @@ def test_a_forward_stop_is_shown_at_the_line_calling_the_layer():
     index = index_of(model)
     seen = []
     model.blocks[1].inner.register_forward_hook(
-        lambda m, args, out: seen.append(first("blocks.1.inner", m, "forward", index)))
+        lambda m, args, out: seen.append(first("blocks.1.inner", m, "forward", index))
+    )
     model.head[1].register_forward_hook(lambda m, args, out: seen.append(first("head.1", m, "forward", index)))
     model(torch.randn(2, 3))
     # head.1 is called by nn.Sequential (torch's code): the user's line calls the Sequential.
@@ -79,7 +80,10 @@ def test_the_stop_frame_has_the_hooks_values_as_locals_and_the_users_globals():
     generator = stop_location.stop_generator(location, name, {"layer": "head.1", "output": 7})
     frame = generator.gi_frame
     assert (frame.f_code.co_filename, frame.f_code.co_firstlineno, frame.f_code.co_name) == (
-        __file__, line_of("head.called"), "head.1 · forward")
+        __file__,
+        line_of("head.called"),
+        "head.1 · forward",
+    )
     assert frame.f_locals == {"layer": "head.1", "output": 7}
     assert frame.f_globals is globals()
     assert list(generator) == [None]  # runs to the end: the stop frame returns as soon as it resumes
@@ -97,12 +101,16 @@ def test_a_location_the_debugger_hides_gives_way_to_the_next():
     index = index_of(model)
     hidden_line = line_of("inner.called")
     candidates = stop_location.candidates("blocks.1.inner", model.blocks[1].inner, "backward", index)
-    generator = stop_location.first_shown(candidates, lambda frame: frame.f_code.co_firstlineno == hidden_line,
-                                          "x", {"layer": "blocks.1.inner"})
+    generator = stop_location.first_shown(
+        candidates, lambda frame: frame.f_code.co_firstlineno == hidden_line, "x", {"layer": "blocks.1.inner"}
+    )
     assert generator is not None and generator.gi_frame.f_code.co_firstlineno == line_of("inner.defined")
     everything_hidden = stop_location.first_shown(
         stop_location.candidates("blocks.1.inner", model.blocks[1].inner, "backward", index),
-        lambda frame: True, "x", {})
+        lambda frame: True,
+        "x",
+        {},
+    )
     assert everything_hidden is None
 
 

@@ -114,6 +114,7 @@ def test_one_transfer_for_many_tensors(monkeypatch):
     def counting(self):
         calls.append(self.shape)
         return original(self)
+
     monkeypatch.setattr(torch.Tensor, "tolist", counting)
     out = summarize_many([(f"t{i}", torch.randn(10, 10)) for i in range(5)])
     assert len(out) == 5 and len(calls) == 1

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import hookscope
 from hookscope import bootstrap
@@ -40,9 +41,15 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = DEADLINE)
 class DebugSession:
     """One launch of a script under debugpy with Hookscope's bootstrap on PYTHONPATH."""
 
-    def __init__(self, script: Path, args: list[str] | None = None, just_my_code: bool = True,
-                 extra_pythonpath: list[str] | None = None, python: str = sys.executable,
-                 bootstrap_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        script: Path,
+        args: list[str] | None = None,
+        just_my_code: bool = True,
+        extra_pythonpath: list[str] | None = None,
+        python: str = sys.executable,
+        bootstrap_dir: str | None = None,
+    ) -> None:
         """``python``/``bootstrap_dir``: another interpreter and the bootstrap of the hookscope it has
         (the editor asks the interpreter for it); default: this one's."""
         self.script, self.args, self.just_my_code = script, args or [], just_my_code
@@ -58,11 +65,19 @@ class DebugSession:
         env = dict(self.link.env())
         user_path = os.pathsep.join(self.extra_pythonpath + [os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
         env["PYTHONPATH"] = os.pathsep.join([self.bootstrap_dir] + ([user_path] if user_path else []))
-        launch = self.dap.send_request("launch", {
-            "program": str(self.script), "args": self.args, "cwd": str(ROOT), "python": [self.python],
-            "console": "internalConsole", "justMyCode": self.just_my_code, "env": env,
-            "rules": [{"module": "hookscope", "include": False}],
-        })
+        launch = self.dap.send_request(
+            "launch",
+            {
+                "program": str(self.script),
+                "args": self.args,
+                "cwd": str(ROOT),
+                "python": [self.python],
+                "console": "internalConsole",
+                "justMyCode": self.just_my_code,
+                "env": env,
+                "rules": [{"module": "hookscope", "include": False}],
+            },
+        )
         self.dap.wait_event("initialized", timeout=DEADLINE)
         self.conn = self.link.wait_connection(DEADLINE)
         if before_run is not None:
@@ -73,8 +88,11 @@ class DebugSession:
         return self.conn
 
     def output(self) -> str:
-        return "".join(e["body"].get("output", "") for e in self.dap.events("output")
-                       if e["body"].get("category") in ("stdout", "stderr"))
+        return "".join(
+            e["body"].get("output", "")
+            for e in self.dap.events("output")
+            if e["body"].get("category") in ("stdout", "stderr")
+        )
 
     def stopped(self) -> tuple[int, dict]:
         """The next stop: (thread id, top frame)."""

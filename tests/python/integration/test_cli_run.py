@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from hs_session import DEADLINE, FIXTURES, ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -16,14 +15,31 @@ TINY_CNN = FIXTURES / "tiny_cnn.py"
 
 
 def hookscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hookscope.terminal.cli", *args], capture_output=True, text=True,
-                          timeout=DEADLINE * 2, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "hookscope.terminal.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE * 2,
+        cwd=ROOT,
+    )
 
 
 def test_json_stop_on_hit_with_report(tmp_path):
     report = tmp_path / "report"
-    result = hookscope("run", "--json", "--stop-on-hit", "--report", str(report),
-                       "--break", "conv9", "--break", "conv2:forward", str(TINY_CNN), "--steps", "2")
+    result = hookscope(
+        "run",
+        "--json",
+        "--stop-on-hit",
+        "--report",
+        str(report),
+        "--break",
+        "conv9",
+        "--break",
+        "conv2:forward",
+        str(TINY_CNN),
+        "--steps",
+        "2",
+    )
     assert result.returncode == 3, result.stdout + result.stderr
     events = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     kinds = [e["event"] for e in events]
@@ -79,8 +95,9 @@ def test_a_source_line_means_what_the_backend_resolver_says(tmp_path):
     that defines or calls no layer says so, both answered by the backend's one resolver."""
     lines = TINY_CNN.read_text().splitlines()
     call = next(i for i, text in enumerate(lines, start=1) if "# @call.conv2" in text)
-    result = hookscope("run", "--json", "--break", f"{TINY_CNN}:{call}", "--break", f"{TINY_CNN}:1",
-                       str(TINY_CNN), "--steps", "1")
+    result = hookscope(
+        "run", "--json", "--break", f"{TINY_CNN}:{call}", "--break", f"{TINY_CNN}:1", str(TINY_CNN), "--steps", "1"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     events = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     assert {e["layer"] for e in events if e["event"] == "hit"} == {"conv2"}

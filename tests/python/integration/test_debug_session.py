@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from hs_session import DEADLINE, FIXTURES, ROOT, DebugSession, marker_line, wait_for
 
 from hookscope.link import protocol
-from hs_session import DEADLINE, FIXTURES, ROOT, DebugSession, marker_line, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -20,34 +20,52 @@ TINY_CNN = FIXTURES / "tiny_cnn.py"
 @pytest.fixture(scope="module")
 def plain_cnn_loss() -> str:
     """The training result without Hookscope or a debugger."""
-    result = subprocess.run([sys.executable, str(TINY_CNN), "--steps", "3"], capture_output=True,
-                            text=True, timeout=DEADLINE, cwd=ROOT, check=True)
+    result = subprocess.run(
+        [sys.executable, str(TINY_CNN), "--steps", "3"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        cwd=ROOT,
+        check=True,
+    )
     return re.search(r"final loss (\S+)", result.stdout).group(1)
 
 
 @pytest.mark.parametrize("just_my_code", [True, False], ids=["justMyCode", "allCode"])
 def test_layer_breakpoints_pause_in_the_layer_and_leave_no_hook(tmp_path, plain_cnn_loss, just_my_code):
     wait_file = tmp_path / "disconnected"
-    session = DebugSession(TINY_CNN, ["--steps", "3", "--wait-file", str(wait_file)], just_my_code,
-                           extra_pythonpath=[str(FIXTURES / "user_site")])
+    session = DebugSession(
+        TINY_CNN,
+        ["--steps", "3", "--wait-file", str(wait_file)],
+        just_my_code,
+        extra_pythonpath=[str(FIXTURES / "user_site")],
+    )
     fc_line = marker_line(TINY_CNN, "head.1")
     try:
+
         def before_run(conn):
             hello = conn.hello
-            assert hello["debugger"] is True and hello["argv"][-4:] == ["--steps", "3", "--wait-file",
-                                                                       str(wait_file)]
+            assert hello["debugger"] is True and hello["argv"][-4:] == ["--steps", "3", "--wait-file", str(wait_file)]
             # Set before the script runs: resolved once the model exists, before its first step.
-            conn.request("setBreakpoints", breakpoints=[
-                {"id": "b1", "layer": "conv2", "phases": ["backward"], "hitCount": 1},
-                {"id": "b2", "file": str(TINY_CNN), "line": fc_line, "phases": ["forward"], "hitCount": 2},
-            ])
+            conn.request(
+                "setBreakpoints",
+                breakpoints=[
+                    {"id": "b1", "layer": "conv2", "phases": ["backward"], "hitCount": 1},
+                    {"id": "b2", "file": str(TINY_CNN), "line": fc_line, "phases": ["forward"], "hitCount": 2},
+                ],
+            )
 
         conn = session.start(before_run)
         tree = conn.wait_event("modelAdded", timeout=DEADLINE)["model"]
         modules = {m["name"]: m for m in tree["modules"]}
         assert tree["cls"] == "TinyCNN" and tree["name"] == "model"
-        for name, marker in [("", "model"), ("conv1", "conv1"), ("conv2", "conv2"),
-                             ("head.0", "head.0"), ("head.1", "head.1")]:
+        for name, marker in [
+            ("", "model"),
+            ("conv1", "conv1"),
+            ("conv2", "conv2"),
+            ("head.0", "head.0"),
+            ("head.1", "head.1"),
+        ]:
             assert modules[name]["file"] == str(TINY_CNN), name
             assert modules[name]["line"] == marker_line(TINY_CNN, marker), name
 
@@ -55,8 +73,9 @@ def test_layer_breakpoints_pause_in_the_layer_and_leave_no_hook(tmp_path, plain_
         hit = conn.wait_event("hit", timeout=DEADLINE)
         assert (hit["breakpoint"], hit["layer"], hit["phase"], hit["pausing"]) == ("b1", "conv2", "backward", True)
         thread_id, frame = session.stopped()
-        session.assert_shown_in_user_code(thread_id, frame, "conv2 · backward", TINY_CNN,
-                                          marker_line(TINY_CNN, "call.conv2"))
+        session.assert_shown_in_user_code(
+            thread_id, frame, "conv2 · backward", TINY_CNN, marker_line(TINY_CNN, "call.conv2")
+        )
         variables = session.dap.frame_variables(frame["id"])
         assert {"layer", "module", "grad_input", "grad_output", "reason"} <= set(variables)
         norm = float(session.dap.evaluate("grad_output[0].norm().item()", frame["id"]))
@@ -74,8 +93,9 @@ def test_layer_breakpoints_pause_in_the_layer_and_leave_no_hook(tmp_path, plain_
         hit = conn.wait_event("hit", timeout=DEADLINE)
         assert (hit["breakpoint"], hit["layer"], hit["phase"]) == ("b2", "head.1", "forward")
         thread_id, frame = session.stopped()
-        session.assert_shown_in_user_code(thread_id, frame, "head.1 · forward", TINY_CNN,
-                                          marker_line(TINY_CNN, "call.head"))
+        session.assert_shown_in_user_code(
+            thread_id, frame, "head.1 · forward", TINY_CNN, marker_line(TINY_CNN, "call.head")
+        )
         assert {"inputs", "output"} <= set(session.dap.frame_variables(frame["id"]))
         assert session.dap.evaluate("tuple(output.shape)", frame["id"]) == "(8, 2)"
         session.resume(thread_id)
@@ -93,12 +113,30 @@ def test_layer_breakpoints_pause_in_the_layer_and_leave_no_hook(tmp_path, plain_
         session.close()
 
 
-@pytest.mark.parametrize("script, args, layer, phase, line_text, frame_name, op", [
-    (ROOT / "examples" / "nan.py", ["--steps", "10"], "head.standardize", "forward",
-     "return (x - x.mean(dim=0)) / x.std(dim=0)", "Standardize.forward · Tensor.div → NaN/Inf", "Tensor.div"),
-    (FIXTURES / "nan_backward.py", ["--steps", "4"], "sqrt", "backward",
-     "return torch.sqrt(x)", "Sqrt.forward · torch.sqrt → NaN/Inf", "SqrtBackward0"),
-], ids=["forward", "backward"])
+@pytest.mark.parametrize(
+    "script, args, layer, phase, line_text, frame_name, op",
+    [
+        (
+            ROOT / "examples" / "nan.py",
+            ["--steps", "10"],
+            "head.standardize",
+            "forward",
+            "return (x - x.mean(dim=0)) / x.std(dim=0)",
+            "Standardize.forward · Tensor.div → NaN/Inf",
+            "Tensor.div",
+        ),
+        (
+            FIXTURES / "nan_backward.py",
+            ["--steps", "4"],
+            "sqrt",
+            "backward",
+            "return torch.sqrt(x)",
+            "Sqrt.forward · torch.sqrt → NaN/Inf",
+            "SqrtBackward0",
+        ),
+    ],
+    ids=["forward", "backward"],
+)
 def test_break_on_nonfinite_stops_at_the_op_that_made_it(script, args, layer, phase, line_text, frame_name, op):
     session = DebugSession(script, args)
     try:
@@ -128,14 +166,16 @@ def test_bootstrap_without_debugger_runs_user_sitecustomize_and_stays_lazy():
 
     link = EditorLink()
     try:
-        env = {**os.environ, **link.env(),
-               "PYTHONPATH": bootstrap.pythonpath(str(FIXTURES / "user_site"))}
-        code = ("import sys, os, hookscope.link.agent as a; agent = a.current();"
-                "print('connected', agent is not None and agent.wait_connected(60));"
-                "print('torch imported', 'torch' in sys.modules);"
-                "print('user env', os.environ.get('USER_SITECUSTOMIZE_RAN'))")
-        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                timeout=DEADLINE, cwd=ROOT)
+        env = {**os.environ, **link.env(), "PYTHONPATH": bootstrap.pythonpath(str(FIXTURES / "user_site"))}
+        code = (
+            "import sys, os, hookscope.link.agent as a; agent = a.current();"
+            "print('connected', agent is not None and agent.wait_connected(60));"
+            "print('torch imported', 'torch' in sys.modules);"
+            "print('user env', os.environ.get('USER_SITECUSTOMIZE_RAN'))"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=DEADLINE, cwd=ROOT
+        )
         assert result.returncode == 0, result.stderr
         assert "USER_SITECUSTOMIZE_RAN" in result.stdout
         assert "connected True" in result.stdout and "torch imported False" in result.stdout
@@ -152,9 +192,24 @@ def test_launch_module_starts_the_agent():
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKSCOPE_")}
         process = subprocess.Popen(
-            [sys.executable, "-m", "hookscope.launch", "--addr", link.addr, "--token", link.token,
-             str(TINY_CNN), "--steps", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "hookscope.launch",
+                "--addr",
+                link.addr,
+                "--token",
+                link.token,
+                str(TINY_CNN),
+                "--steps",
+                "2",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
         conn = link.wait_connection(DEADLINE)
         assert conn.hello["argv"] == [str(TINY_CNN), "--steps", "2"]
         assert conn.hello["debugger"] is False
@@ -173,8 +228,14 @@ def test_connect_after_the_model_exists_finds_it_and_logs(tmp_path):
     link = EditorLink()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKSCOPE_")}
     env["HOOKSCOPE_LOG_DIR"] = str(tmp_path)
-    process = subprocess.Popen([sys.executable, str(FIXTURES / "attach_later.py"), link.addr, link.token],
-                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    process = subprocess.Popen(
+        [sys.executable, str(FIXTURES / "attach_later.py"), link.addr, link.token],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         conn = link.wait_connection(DEADLINE)
         tree = conn.wait_event("modelAdded", timeout=DEADLINE)["model"]

@@ -8,15 +8,15 @@ import subprocess
 import sys
 
 import pytest
-
 from hs_session import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_demo_stops_in_the_layers_it_names_and_writes_both_reports():
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True,
-                            text=True, timeout=550, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True, timeout=550, cwd=ROOT
+    )
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
     # 1. the CNN: conv1's forward once, conv2's backward every 10th step, with summaries.

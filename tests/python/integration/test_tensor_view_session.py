@@ -15,12 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from hs_session import DEADLINE, DebugSession
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
-PROGRAM = '''
+PROGRAM = """
 import dataclasses, os, sys, time
 import debugpy
 import torch
@@ -68,7 +67,7 @@ def outer():
 
 outer()
 print("done")
-'''
+"""
 
 
 @pytest.fixture
@@ -81,8 +80,9 @@ def program(tmp_path: Path) -> tuple[Path, Path]:
 def _paused_frames(session: DebugSession) -> tuple[int, list[dict]]:
     event = session.dap.wait_event("stopped", timeout=DEADLINE)
     thread_id = event["body"]["threadId"]
-    frames = session.dap.request("stackTrace", {"threadId": thread_id, "startFrame": 0, "levels": 20},
-                                 DEADLINE)["stackFrames"]
+    frames = session.dap.request("stackTrace", {"threadId": thread_id, "startFrame": 0, "levels": 20}, DEADLINE)[
+        "stackFrames"
+    ]
     return thread_id, frames
 
 
@@ -92,8 +92,9 @@ def _frame(frames: list[dict], name: str) -> dict:
 
 def _children(session: DebugSession, variable: dict) -> dict[str, dict]:
     assert variable["variablesReference"] > 0, variable
-    found = session.dap.request("variables", {"variablesReference": variable["variablesReference"]},
-                                DEADLINE)["variables"]
+    found = session.dap.request("variables", {"variablesReference": variable["variablesReference"]}, DEADLINE)[
+        "variables"
+    ]
     return {v["name"]: v for v in found}
 
 
@@ -142,20 +143,40 @@ def test_variables_show_the_summary_line_and_show_in_hookscope_renders_any_frame
         assert variables["plain"]["value"] == "(1, 'a', [2.5])"  # no tensor: debugpy's own text
         many_line = variables["many"]["value"]
         assert many_line.count("tensor[1]") == 8 and many_line.endswith(", …+13]"), many_line
-        assert variables["nested"]["value"].startswith("{'a': [tensor[2, 3] f32 cpu x=[5, 5, 5, 5, 5, 5], 7], 'b': <Batch>}")
+        assert variables["nested"]["value"].startswith(
+            "{'a': [tensor[2, 3] f32 cpu x=[5, 5, 5, 5, 5, 5], 7], 'b': <Batch>}"
+        )
         assert not marker.exists()  # the slow subclass inside the list: its __repr__ never ran
         # Expanding a tuple shows its tensors' lines as before.
-        assert _children(session, variables["grads"])["0"]["value"] == "tensor[16, 16, 32, 32] f32 cpu μ=0.5 σ=0 [0.5, 0.5]"
+        assert (
+            _children(session, variables["grads"])["0"]["value"]
+            == "tensor[16, 16, 32, 32] f32 cpu μ=0.5 σ=0 [0.5, 0.5]"
+        )
         # The same text in Watch, hover and the Debug Console.
         for context in ("watch", "hover", "repl"):
             assert session.dap.evaluate("grads", outer["id"], context=context) == grads_line, context
-            assert session.dap.evaluate("by_name", outer["id"], context=context).startswith("{'w': tensor[3, 3] f32"), context
-            assert session.dap.evaluate("pair[:1]", outer["id"], context=context) == "[tensor[2, 2] f32 cpu x=[1, 1, 1, 1]]"
+            assert session.dap.evaluate("by_name", outer["id"], context=context).startswith("{'w': tensor[3, 3] f32"), (
+                context
+            )
+            assert (
+                session.dap.evaluate("pair[:1]", outer["id"], context=context)
+                == "[tensor[2, 2] f32 cpu x=[1, 1, 1, 1]]"
+            )
 
         # Expanding shows metadata, grad, grad_fn and a few slices, with evaluate names.
         children = _children(session, variables["x"])
-        assert {"shape", "dtype", "device", "requires_grad", "grad", "grad_fn", "is_leaf", "stats",
-                "[0]", "[1]"} <= set(children), sorted(children)
+        assert {
+            "shape",
+            "dtype",
+            "device",
+            "requires_grad",
+            "grad",
+            "grad_fn",
+            "is_leaf",
+            "stats",
+            "[0]",
+            "[1]",
+        } <= set(children), sorted(children)
         assert children["shape"]["value"] == "(2, 3, 4, 5)"
         assert children["dtype"]["value"] == "torch.float32"
         assert children["grad"]["value"] == "None"
@@ -170,11 +191,15 @@ def test_variables_show_the_summary_line_and_show_in_hookscope_renders_any_frame
         published = _publish(session, outer["id"], "x", "h1")
         assert published.strip("'\"").startswith("hookscope-ok pid="), published
         assert f"pid={conn.pid}" in published
-        body = conn.request("inspectValue", expression="x", handle="h1",
-                            options={"view": "slice", "axes": [1, 3], "index": {"0": 1, "2": 3}})
+        body = conn.request(
+            "inspectValue",
+            expression="x",
+            handle="h1",
+            options={"view": "slice", "axes": [1, 3], "index": {"0": 1, "2": 3}},
+        )
         assert body["summary"]["shape"] == [2, 3, 4, 5] and body["summary"]["nan"] == 1
         assert body["meta"]["axes"] == [1, 3] and body["meta"]["index"] == {"0": 1, "2": 3}
-        expected = (np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5) / np.float32(7.0))
+        expected = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5) / np.float32(7.0)
         expected[1, 2, 3, 4] = np.nan
         plane = expected[1, :, 3, :]
         values = np.frombuffer(body["values"], dtype="<f4").reshape(body["valuesShape"])
@@ -202,14 +227,17 @@ def test_variables_show_the_summary_line_and_show_in_hookscope_renders_any_frame
         assert _publish(session, outer["id"], "half", "h2").strip("'\"").startswith("hookscope-ok")
         half = conn.request("inspectValue", expression="half", handle="h2", options={})
         assert half["summary"]["dtype"] == "bfloat16"
-        np.testing.assert_allclose(np.frombuffer(half["values"], dtype="<f4").reshape(4, 5),
-                                   expected[0, 0] * 3, rtol=1e-2)
+        np.testing.assert_allclose(
+            np.frombuffer(half["values"], dtype="<f4").reshape(4, 5), expected[0, 0] * 3, rtol=1e-2
+        )
         nested = _children(session, variables["nested"])
         in_list = _children(session, nested["'a'"])["0"]
         in_dataclass = _children(session, nested["'b'"])["image"]
         assert in_list["value"] == "tensor[2, 3] f32 cpu x=[5, 5, 5, 5, 5, 5]"
         for handle, variable in (("h3", in_list), ("h4", in_dataclass)):
-            assert _publish(session, outer["id"], variable["evaluateName"], handle).strip("'\"").startswith("hookscope-ok")
+            assert (
+                _publish(session, outer["id"], variable["evaluateName"], handle).strip("'\"").startswith("hookscope-ok")
+            )
         assert (in_list["evaluateName"], in_dataclass["evaluateName"]) == ("nested['a'][0]", "nested['b'].image")
         assert conn.request("inspectValue", expression="nested['a'][0]", handle="h3")["summary"]["mean"] == 5.0
         eye = conn.request("inspectValue", expression="nested['b'].image", handle="h4", options={"view": "slice"})
@@ -246,8 +274,9 @@ def test_the_setting_turns_the_presentation_off(program, monkeypatch):
         outer = _frame(frames, "outer")
         scopes = session.dap.request("scopes", {"frameId": outer["id"]}, DEADLINE)["scopes"]
         local_scope = next(s for s in scopes if s["name"].lower().startswith("local"))
-        variables = session.dap.request("variables", {"variablesReference": local_scope["variablesReference"]},
-                                        DEADLINE)["variables"]
+        variables = session.dap.request(
+            "variables", {"variablesReference": local_scope["variablesReference"]}, DEADLINE
+        )["variables"]
         by_name = {v["name"]: v for v in variables}
         assert by_name["x"]["value"].startswith("tensor([[[["), by_name["x"]["value"][:80]
         assert not by_name["model"]["value"].startswith("Linear ·")
@@ -256,4 +285,3 @@ def test_the_setting_turns_the_presentation_off(program, monkeypatch):
         session.resume(thread_id)
     finally:
         session.close()
-

@@ -25,7 +25,8 @@ CLIENT_CAPABILITIES = types.ClientCapabilities(
             )
         ),
         publish_diagnostics=types.PublishDiagnosticsClientCapabilities(
-            code_description_support=True, tag_support=types.ClientDiagnosticsTagOptions(value_set=[types.DiagnosticTag.Deprecated])
+            code_description_support=True,
+            tag_support=types.ClientDiagnosticsTagOptions(value_set=[types.DiagnosticTag.Deprecated]),
         ),
         synchronization=types.TextDocumentSyncClientCapabilities(did_save=True),
     ),

@@ -38,7 +38,9 @@ def open_document(client: LanguageClient, path: Path, text: str | None = None, v
     return uri
 
 
-async def open_and_diagnose(client: LanguageClient, path: Path, text: str | None = None) -> tuple[str, list[types.Diagnostic]]:
+async def open_and_diagnose(
+    client: LanguageClient, path: Path, text: str | None = None
+) -> tuple[str, list[types.Diagnostic]]:
     uri = open_document(client, path, text)
     await wait_until(lambda: uri in client.diagnostics, f"diagnostics for {path.name}")
     return uri, list(client.diagnostics[uri])
@@ -81,7 +83,9 @@ def apply_edits(text: str, edits: list[types.TextEdit]) -> str:
     return text
 
 
-def change_document(client: LanguageClient, uri: str, version: int, changes: list[types.TextDocumentContentChangeEvent]) -> None:
+def change_document(
+    client: LanguageClient, uri: str, version: int, changes: list[types.TextDocumentContentChangeEvent]
+) -> None:
     client.diagnostics.pop(uri, None)
     client.text_document_did_change(
         types.DidChangeTextDocumentParams(

@@ -58,7 +58,7 @@ def test_subclass_of_a_module_subclass_defined_later_in_the_file():
 
 
 def test_columns_are_code_points_on_non_ascii_lines():
-    source = 'import torch.nn as nn\nclass N(nn.Module):\n    def __init__(self):\n        self.ä = nn.Linear(1, 1)  # ünïcode\n'
+    source = "import torch.nn as nn\nclass N(nn.Module):\n    def __init__(self):\n        self.ä = nn.Linear(1, 1)  # ünïcode\n"
     (definition,) = analyze(source).layers
     assert (definition.name_span.start_col, definition.name_span.end_col) == (13, 14)
     assert definition.call_span.start_col == 17
@@ -88,19 +88,25 @@ def test_analysis_of_nonsense_never_raises():
 def test_live_summaries_on_a_one_line_sequential_go_to_the_named_entry():
     source = "import torch.nn as nn\nmodel = nn.Sequential(nn.Linear(2, 2), nn.ReLU())\n"
     analysis = analyze(source)
-    _, summaries = parse_payload({"layers": {
-        "": {"shape": [4, 2], "file": "/w/m.py", "line": 2},
-        "0": {"shape": [4, 2], "file": "/w/m.py", "line": 2},
-        "1": {"shape": "[4, 2]", "file": "file:///w/m.py", "line": 2},
-        "other.0": {"shape": [1], "file": "/elsewhere.py", "line": 2},
-    }})
+    _, summaries = parse_payload(
+        {
+            "layers": {
+                "": {"shape": [4, 2], "file": "/w/m.py", "line": 2},
+                "0": {"shape": [4, 2], "file": "/w/m.py", "line": 2},
+                "1": {"shape": "[4, 2]", "file": "file:///w/m.py", "line": 2},
+                "other.0": {"shape": [1], "file": "/elsewhere.py", "line": 2},
+            }
+        }
+    )
     matched = match_layers("/w/m.py", analysis.layers, summaries)
     by_path = {d.path: [s.name for s in matched.get(id(d), [])] for d in analysis.layers}
     assert by_path == {"": [""], "0": ["0"], "1": ["1"]}
 
 
 def test_payload_parsing_skips_bad_entries():
-    uri, summaries = parse_payload({"uri": "file:///a.py", "layers": {"a": {"shape": [1], "nan": True, "line": "3"}, "b": 5}})
+    uri, summaries = parse_payload(
+        {"uri": "file:///a.py", "layers": {"a": {"shape": [1], "nan": True, "line": "3"}, "b": 5}}
+    )
     assert uri == "file:///a.py"
     assert summaries == [LiveSummary("a", "[1]", None, None, None, None, None, None)]
 
@@ -191,4 +197,8 @@ def test_calls_through_local_names_name_the_entry_they_call():
     """
     analysis = analyze(textwrap.dedent(source))
     assert [(c.line, c.layer.path) for c in analysis.calls] == [
-        (13, "heads.cls"), (13, "heads"), (14, "fc"), (14, "heads")]
+        (13, "heads.cls"),
+        (13, "heads"),
+        (14, "fc"),
+        (14, "heads"),
+    ]

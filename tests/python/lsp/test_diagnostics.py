@@ -44,7 +44,9 @@ async def test_no_diagnostics_on_corrected_code(client: LanguageClient, path: Pa
     assert diagnostics == []
 
 
-async def quick_fix_edits(client: LanguageClient, uri: str, diagnostics: list[types.Diagnostic]) -> list[types.TextEdit]:
+async def quick_fix_edits(
+    client: LanguageClient, uri: str, diagnostics: list[types.Diagnostic]
+) -> list[types.TextEdit]:
     edits: list[types.TextEdit] = []
     for diagnostic in diagnostics:
         actions = await client.text_document_code_action_async(
@@ -55,8 +57,10 @@ async def quick_fix_edits(client: LanguageClient, uri: str, diagnostics: list[ty
             )
         )
         mine = [
-            a for a in actions or []
-            if isinstance(a, types.CodeAction) and a.diagnostics
+            a
+            for a in actions or []
+            if isinstance(a, types.CodeAction)
+            and a.diagnostics
             and (a.diagnostics[0].code, a.diagnostics[0].range) == (diagnostic.code, diagnostic.range)
         ]
         assert len(mine) == 1, f"one quick fix for {diagnostic.code} at line {diagnostic.range.start.line + 1}"
@@ -80,7 +84,8 @@ async def test_unfixable_findings_offer_no_quick_fix(client: LanguageClient):
         for diagnostic in diagnostics:
             actions = await client.text_document_code_action_async(
                 types.CodeActionParams(
-                    text_document=types.TextDocumentIdentifier(uri=uri), range=diagnostic.range,
+                    text_document=types.TextDocumentIdentifier(uri=uri),
+                    range=diagnostic.range,
                     context=types.CodeActionContext(diagnostics=[diagnostic]),
                 )
             )
@@ -96,8 +101,11 @@ async def test_storing_the_input_tuple_is_reported_without_a_fix(client: Languag
     assert [(d.code, d.range.start.line) for d in diagnostics] == [("HS003", 5)]
     assert "tuple(t.detach() for t in inputs)" in diagnostics[0].message
     actions = await client.text_document_code_action_async(
-        types.CodeActionParams(text_document=types.TextDocumentIdentifier(uri=uri), range=diagnostics[0].range,
-                               context=types.CodeActionContext(diagnostics=diagnostics))
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=diagnostics[0].range,
+            context=types.CodeActionContext(diagnostics=diagnostics),
+        )
     )
     assert not actions
 

@@ -12,7 +12,7 @@ from hookscope.lsp.live import LiveSummary
 
 HOSTILE = "evil](https://x.example/a.png) ![img](https://x.example/i.png) <img src=x onerror=alert(1)> **b** `c` | d"
 
-SOURCE = textwrap.dedent(f'''
+SOURCE = textwrap.dedent(f"""
     import torch.nn as nn
 
     class Net(nn.Module):
@@ -21,7 +21,7 @@ SOURCE = textwrap.dedent(f'''
             self.heads = nn.ModuleDict({{{HOSTILE!r}: nn.Linear(2, 2)}})
             self.add_module({HOSTILE!r}, nn.Linear(2, 2))
             self.tricky = nn.Linear(2, 2)
-''')
+""")
 
 MARKUP = set("\\`*_[]()!|<>~&$")
 """What opens a link, an image, emphasis, a code span, HTML, an entity, a table cell or a theme icon."""
@@ -73,4 +73,3 @@ def test_a_hostile_live_module_name_and_shape_stay_text_in_the_table():
     assert len(cells) == 6, f"a | in the name must not add table cells: {row!r}"
     assert literal_text(cells[0].strip()) == HOSTILE
     assert literal_text(cells[1].strip()) == HOSTILE
-

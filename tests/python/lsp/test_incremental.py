@@ -28,8 +28,24 @@ DOCUMENTS = [
     "x = 1; y = nn.Conv2d(1, 1, 1)\nif x:\n    pass\n\n@staticmethod\ndef f():\n    pass\n",
 ]
 
-SNIPPETS = ["x", "#", "\n", ")", "(", ":", "else:\n    pass\n", "@dec\n", "    ", '"""', "self.c = nn.ReLU()\n",
-            "class B(A):\n    def forward(self, x):\n        return self.a(x)\n", "; z = nn.GELU()", "\\\n", "\t", "é"]
+SNIPPETS = [
+    "x",
+    "#",
+    "\n",
+    ")",
+    "(",
+    ":",
+    "else:\n    pass\n",
+    "@dec\n",
+    "    ",
+    '"""',
+    "self.c = nn.ReLU()\n",
+    "class B(A):\n    def forward(self, x):\n        return self.a(x)\n",
+    "; z = nn.GELU()",
+    "\\\n",
+    "\t",
+    "é",
+]
 
 
 def fingerprint(analysis) -> tuple:
@@ -43,12 +59,13 @@ def fingerprint(analysis) -> tuple:
 
 def apply(text: str, at: float, removed: int, inserted: str) -> str:
     start = int(at * len(text))
-    return text[:start] + inserted + text[start + removed:]
+    return text[:start] + inserted + text[start + removed :]
 
 
 edits = st.lists(
     st.tuples(st.floats(0, 1), st.integers(0, 40), st.sampled_from(SNIPPETS) | st.text(max_size=3)),
-    min_size=1, max_size=6,
+    min_size=1,
+    max_size=6,
 )
 
 
@@ -84,23 +101,32 @@ def test_a_backslash_typed_before_a_decorators_name_joins_the_def_below_it():
 
 LOGICAL_LINE_EDITS = {
     "a backslash typed at the end of the changed line joins the statement below to it": (
-        "x = 1\nmethod\ndef f():\n    pass\n", "@\\\nmethod\ndef f():\n    pass\n"),
+        "x = 1\nmethod\ndef f():\n    pass\n",
+        "@\\\nmethod\ndef f():\n    pass\n",
+    ),
     "a backslash at the end of the line just above the region": (
-        "x = 1; \\\n    y = 2\nz = 3\n", "x = 1; \\\n    y = 2\nz = 4\n"),
+        "x = 1; \\\n    y = 2\nz = 3\n",
+        "x = 1; \\\n    y = 2\nz = 4\n",
+    ),
     "a backslash at the end of the region's last line, an empty line after it": (
-        "a = 1\nb = 2; \\\n\nc = 3\n", "a = 0\nb = 2; \\\n\nc = 3\n"),
+        "a = 1\nb = 2; \\\n\nc = 3\n",
+        "a = 0\nb = 2; \\\n\nc = 3\n",
+    ),
     "a backslash at the end of the region's last line, a comment after it": (
-        "a = 1\nb = 2 \\\n# c\nd = 3\n", "a = 0\nb = 2 \\\n# c\nd = 3\n"),
-    "a backslash at the end of the last statement, then an empty last line": (
-        "x = 1\n", "x = 1\\\n\n"),
-    "a backslash at the end of the last line, then CRLF (which parses, unlike LF)": (
-        "x = 1\r\n", "x = 1\\\r\n"),
-    "only the final line break changed, after a backslash": (
-        "y = 2\nx = 1\\\n", "y = 2\nx = 1\\\r\n"),
+        "a = 1\nb = 2 \\\n# c\nd = 3\n",
+        "a = 0\nb = 2 \\\n# c\nd = 3\n",
+    ),
+    "a backslash at the end of the last statement, then an empty last line": ("x = 1\n", "x = 1\\\n\n"),
+    "a backslash at the end of the last line, then CRLF (which parses, unlike LF)": ("x = 1\r\n", "x = 1\\\r\n"),
+    "only the final line break changed, after a backslash": ("y = 2\nx = 1\\\n", "y = 2\nx = 1\\\r\n"),
     "a repaired line is no statement: the bracket typed above closes on it, the def below is the decorated one": (
-        "y = 0\n@dec(x\nmethod)\ndef f():\n    pass\n", "y = 0\n@dec(x,\nmethod)\ndef f():\n    pass\n"),
+        "y = 0\n@dec(x\nmethod)\ndef f():\n    pass\n",
+        "y = 0\n@dec(x,\nmethod)\ndef f():\n    pass\n",
+    ),
     "a triple-quoted string opened in the region closes after it": (
-        'a = 1\nb = 2\nc = 3  # """\n', 'a = """\nb = 2\nc = 3  # """\n'),
+        'a = 1\nb = 2\nc = 3  # """\n',
+        'a = """\nb = 2\nc = 3  # """\n',
+    ),
 }
 
 
@@ -147,7 +173,9 @@ def test_typing_inside_a_statement_reparses_only_around_it():
     assert after is not None and after.clean
     reused = sum(new is old for new, old in zip(after.tree.body, before.tree.body))
     assert reused >= len(before.tree.body) - 3, "only the edited class and its neighbours are new nodes"
-    assert ast.dump(after.tree, include_attributes=True) == ast.dump(ast.parse("\n".join(lines)), include_attributes=True)
+    assert ast.dump(after.tree, include_attributes=True) == ast.dump(
+        ast.parse("\n".join(lines)), include_attributes=True
+    )
 
 
 def test_a_syntax_error_typed_mid_file_is_repaired_locally_and_the_other_classes_keep_their_layers():
@@ -184,7 +212,9 @@ def test_an_else_or_a_decorator_typed_next_to_a_statement_joins_it_without_a_ful
     document = "x = 1\n\nif x:\n    pass\n\n\ndef f():\n    pass\n\ny = 2\n"
     before = parse_tolerant(document)
     for edited in (
-        document.replace("    pass\n\n\ndef", "    pass\nelse:\n    pass\n\ndef"),  # same line count: an else joins the if
+        document.replace(
+            "    pass\n\n\ndef", "    pass\nelse:\n    pass\n\ndef"
+        ),  # same line count: an else joins the if
         document.replace("\n\ndef f", "\n@dec\ndef f"),  # a decorator joins the def
     ):
         after = reparse_changed(before, edited)

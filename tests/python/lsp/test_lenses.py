@@ -58,18 +58,26 @@ async def test_lenses_on_calls_through_local_names_and_on_conditional_definition
     path = FIXTURES / "layers_local_names.py"
     uri = open_document(client, path)
     lenses = await lenses_for(client, uri)
-    found = {(lens.command.arguments[0]["line"], lens.command.arguments[0]["site"], lens.command.arguments[0]["layer"])
-             for lens in lenses}
+    found = {
+        (lens.command.arguments[0]["line"], lens.command.arguments[0]["site"], lens.command.arguments[0]["layer"])
+        for lens in lenses
+    }
     assert found == marked_sites(path.read_text())
     # The lens sits over the called expression (b["mix"]), and the conditional is one layer of the first branch's class.
     text_lines = path.read_text().splitlines()
-    mix = next(lens for lens in lenses if lens.command.arguments[0]["layer"] == "branches.mix"
-               and lens.command.arguments[0]["site"] == "call")
+    mix = next(
+        lens
+        for lens in lenses
+        if lens.command.arguments[0]["layer"] == "branches.mix" and lens.command.arguments[0]["site"] == "call"
+    )
     line = text_lines[mix.range.start.line]
-    assert line[mix.range.start.character:mix.range.end.character] == 'b["mix"]'
+    assert line[mix.range.start.character : mix.range.end.character] == 'b["mix"]'
     assert mix.command.title == "branches['mix']: Break on forward"
-    damp = [lens for lens in lenses if lens.command.arguments[0]["layer"] == "damp"
-            and lens.command.arguments[0]["site"] == "definition"]
+    damp = [
+        lens
+        for lens in lenses
+        if lens.command.arguments[0]["layer"] == "damp" and lens.command.arguments[0]["site"] == "definition"
+    ]
     assert [lens.command.title for lens in damp] == ["Break on forward", "Break on backward", "Watch"]
     assert damp[0].command.arguments[0]["cls"] == "Damp"
 
@@ -77,7 +85,11 @@ async def test_lenses_on_calls_through_local_names_and_on_conditional_definition
 async def test_each_layer_gets_three_lenses_with_the_extension_commands(client: LanguageClient):
     uri = open_document(client, ALL_STYLES)
     lenses = await lenses_for(client, uri)
-    stem = [lens for lens in lenses if lens.command.arguments[0]["layer"] == "stem" and lens.command.arguments[0]["site"] == "definition"]
+    stem = [
+        lens
+        for lens in lenses
+        if lens.command.arguments[0]["layer"] == "stem" and lens.command.arguments[0]["site"] == "definition"
+    ]
     assert [lens.command.title for lens in stem] == ["Break on forward", "Break on backward", "Watch"]
     forward, backward, watch = (lens.command for lens in stem)
     line = stem[0].range.start.line
@@ -87,7 +99,11 @@ async def test_each_layer_gets_three_lenses_with_the_extension_commands(client: 
     assert forward.arguments[0]["line"] == line and forward.arguments[0]["cls"] == "Conv2d"
     assert forward.arguments[0]["owner"] == "Net"
     # a call site names the line of its definition too
-    call = next(lens for lens in lenses if lens.command.arguments[0]["site"] == "call" and lens.command.arguments[0]["layer"] == "stem")
+    call = next(
+        lens
+        for lens in lenses
+        if lens.command.arguments[0]["site"] == "call" and lens.command.arguments[0]["layer"] == "stem"
+    )
     assert call.command.arguments[0]["definitionLine"] == line
     assert call.range.start.line > line
 
@@ -95,12 +111,16 @@ async def test_each_layer_gets_three_lenses_with_the_extension_commands(client: 
 async def test_resolving_a_lens_of_an_older_version_does_not_guess(client: LanguageClient):
     path = FIXTURES / "live_model.py"
     uri = open_document(client, path)
-    old = await client.text_document_code_lens_async(types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    old = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
     assert old
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(text="\n" + path.read_text())],
-    ))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text="\n" + path.read_text())],
+        )
+    )
     stale = await client.code_lens_resolve_async(old[0])
     assert stale.command is not None and stale.command.command == ""
     fresh = await lenses_for(client, uri)
@@ -118,8 +138,15 @@ async def test_lines_with_several_layers_name_each_one(client: LanguageClient):
 def live_payload(path, line_conv1: int, nan: int = 0) -> dict:
     return {
         "layers": {
-            "conv1": {"shape": [8, 8, 32, 32], "mean": 0.25, "std": 1.5, "nan": nan, "gradNorm": 0.0123,
-                      "file": str(path), "line": line_conv1},
+            "conv1": {
+                "shape": [8, 8, 32, 32],
+                "mean": 0.25,
+                "std": 1.5,
+                "nan": nan,
+                "gradNorm": 0.0123,
+                "file": str(path),
+                "line": line_conv1,
+            },
             "fc": {"shape": [8, 2], "mean": -0.1, "std": 0.5, "nan": 0, "gradNorm": None},
         }
     }
@@ -141,18 +168,28 @@ async def test_live_summaries_change_lens_titles_and_hovers(client: LanguageClie
     conv_titles = [lens.command.title for lens in lenses if lens.range.start.line == conv_line]
     assert "out [8, 8, 32, 32] · 3 NaN" in conv_titles
     # matched by name (no file given): the definition and the call site of fc
-    fc_titles = {lens.range.start.line: lens.command.title for lens in lenses
-                 if lens.command.arguments[0]["layer"] == "fc" and lens.command.title.startswith("out ")}
+    fc_titles = {
+        lens.range.start.line: lens.command.title
+        for lens in lenses
+        if lens.command.arguments[0]["layer"] == "fc" and lens.command.title.startswith("out ")
+    }
     assert set(fc_titles.values()) == {"out [8, 2]"} and len(fc_titles) == 2
 
     call_line = next(i for i, line in enumerate(text.splitlines()) if "self.conv1(x)" in line)
     hover = await client.text_document_hover_async(
-        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri),
-                          position=types.Position(line=call_line, character=text.splitlines()[call_line].index("conv1") + 2))
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=call_line, character=text.splitlines()[call_line].index("conv1") + 2),
+        )
     )
     assert hover is not None
     value = hover.contents.value  # type: ignore[union-attr]
-    assert "· Conv2d (torch.nn)" in value and "\\[8\\, 8\\, 32\\, 32\\]" in value and "| 3 |" in value and "0.0123" in value
+    assert (
+        "· Conv2d (torch.nn)" in value
+        and "\\[8\\, 8\\, 32\\, 32\\]" in value
+        and "| 3 |" in value
+        and "0.0123" in value
+    )
 
     # an empty payload clears: titles go back
     client.protocol.notify("hookscope/liveSummaries", {"layers": {}})
@@ -170,17 +207,24 @@ async def test_live_summary_names_with_dots_reach_the_right_entry(client: Langua
     )
     await wait_until(lambda: client.lens_refreshes > refreshes, "workspace/codeLens/refresh")  # type: ignore[attr-defined]
     lenses = await lenses_for(client, uri)
-    live = {lens.command.arguments[0]["layer"]: lens.command.title for lens in lenses if lens.command.title.startswith("out ")}
+    live = {
+        lens.command.arguments[0]["layer"]: lens.command.title
+        for lens in lenses
+        if lens.command.title.startswith("out ")
+    }
     assert live == {"features.0": "out [1, 32, 8, 8]", "heads.cls": "out [1, 10]"}
 
 
 async def test_hover_on_definition_shows_class_and_arguments(client: LanguageClient):
     text = ALL_STYLES.read_text()
     uri = open_document(client, ALL_STYLES)
-    line = next(i for i, l in enumerate(text.splitlines()) if "self.stem = " in l)
+    line = next(i for i, text_line in enumerate(text.splitlines()) if "self.stem = " in text_line)
     column = text.splitlines()[line].index("stem")
     hover = await client.text_document_hover_async(
-        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=column + 1))
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=column + 1),
+        )
     )
     assert hover is not None
     value = hover.contents.value  # type: ignore[union-attr]
@@ -188,14 +232,18 @@ async def test_hover_on_definition_shows_class_and_arguments(client: LanguageCli
     assert "torch.nn.Conv2d(3, 16, kernel_size=3, padding=1)" in value
     assert hover.range.start == types.Position(line=line, character=column)
 
-    block_line = next(i for i, l in enumerate(text.splitlines()) if "self.block = " in l)
+    block_line = next(i for i, text_line in enumerate(text.splitlines()) if "self.block = " in text_line)
     hover = await client.text_document_hover_async(
-        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri),
-                          position=types.Position(line=block_line, character=text.splitlines()[block_line].index("block") + 1))
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=block_line, character=text.splitlines()[block_line].index("block") + 1),
+        )
     )
     assert hover is not None and "· ConvBlock (defined in this file)" in hover.contents.value  # type: ignore[union-attr]
 
     nothing = await client.text_document_hover_async(
-        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=1))
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=1)
+        )
     )
     assert nothing is None

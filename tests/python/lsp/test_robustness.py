@@ -44,9 +44,13 @@ async def test_server_survives_garbage_and_keeps_last_good_analysis(client: Lang
     garbage = ")]} def class ((( \x00 '''\n" * 3
     change_document(client, uri, 2, [types.TextDocumentContentChangeWholeDocument(text=garbage)])
     lenses = await lenses_for(client, uri)
-    assert [lens.range.start.line for lens in lenses] == [lens.range.start.line for lens in good], "last good analysis kept"
+    assert [lens.range.start.line for lens in lenses] == [lens.range.start.line for lens in good], (
+        "last good analysis kept"
+    )
     hover = await client.text_document_hover_async(
-        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=0))
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=0)
+        )
     )
     assert hover is None
 
@@ -60,10 +64,17 @@ async def test_incremental_edits_move_lenses_and_diagnostics(client: LanguageCli
     assert [(d.code, d.range.start.line) for d in diagnostics] == [("HS002", 9)]
 
     # insert two lines at the top, then fix the call by an incremental replace
-    change_document(client, uri, 2, [types.TextDocumentContentChangePartial(
-        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
-        text="# one\n# two\n",
-    )])
+    change_document(
+        client,
+        uri,
+        2,
+        [
+            types.TextDocumentContentChangePartial(
+                range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+                text="# one\n# two\n",
+            )
+        ],
+    )
     await wait_until(lambda: uri in client.diagnostics, "diagnostics after the first edit")
     assert [(d.code, d.range.start.line) for d in client.diagnostics[uri]] == [("HS002", 11)]
     lenses = await lenses_for(client, uri)
@@ -71,11 +82,20 @@ async def test_incremental_edits_move_lenses_and_diagnostics(client: LanguageCli
 
     line = path.read_text().splitlines()[9]
     start = line.index("register_backward_hook")
-    change_document(client, uri, 3, [types.TextDocumentContentChangePartial(
-        range=types.Range(start=types.Position(line=11, character=start),
-                          end=types.Position(line=11, character=start + len("register_backward_hook"))),
-        text="register_full_backward_hook",
-    )])
+    change_document(
+        client,
+        uri,
+        3,
+        [
+            types.TextDocumentContentChangePartial(
+                range=types.Range(
+                    start=types.Position(line=11, character=start),
+                    end=types.Position(line=11, character=start + len("register_backward_hook")),
+                ),
+                text="register_full_backward_hook",
+            )
+        ],
+    )
     await wait_until(lambda: uri in client.diagnostics, "diagnostics after the second edit")
     assert list(client.diagnostics[uri]) == []
 
@@ -112,7 +132,9 @@ async def test_serving_requests_never_imports_torch(reporting_client: LanguageCl
         uri, _ = await open_and_diagnose(client, path)
         await lenses_for(client, uri)
         await client.text_document_hover_async(
-            types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=5, character=10))
+            types.HoverParams(
+                text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=5, character=10)
+            )
         )
     client.protocol.notify("hookscope/liveSummaries", {"layers": {"conv1": {"shape": [1, 2]}}})
     await client.shutdown_session()

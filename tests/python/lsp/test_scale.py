@@ -21,7 +21,7 @@ from hookscope.lsp.gc_pause import collection_paused
 
 from .helpers import open_document, wait_until
 
-BLOCK = '''
+BLOCK = """
 class Block{i}(nn.Module):
     def __init__(self):
         super().__init__()
@@ -33,7 +33,7 @@ class Block{i}(nn.Module):
 
 block_{i} = Block{i}()
 block_{i}.fc.register_forward_hook(hook)
-'''
+"""
 
 
 def generated(blocks: int) -> str:
@@ -89,10 +89,13 @@ async def test_a_large_file_does_not_hold_up_other_documents(client: LanguageCli
     assert large_text.count("\n") > 50_000
     large = open_document(client, large_path, large_text)
     small_path = tmp_path / "small.py"
-    small_path.write_text("import torch.nn as nn\n" + BLOCK.format(i=0).replace("block_0.fc.register_forward_hook(hook)", ""))
+    small_path.write_text(
+        "import torch.nn as nn\n" + BLOCK.format(i=0).replace("block_0.fc.register_forward_hook(hook)", "")
+    )
     small = open_document(client, small_path)
     lenses = await client.text_document_code_lens_async(
-        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=small)))
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=small))
+    )
     assert lenses, f"{small_path.name} has lenses"
     assert large not in client.diagnostics, "the small file waited for the large one"
     await wait_until(lambda: large in client.diagnostics, "the large file's diagnostics", deadline_s=120)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,8 +49,12 @@ def global_hook_count() -> int:
     from torch.nn.modules import module as module_mod
     from torch.optim import optimizer as optimizer_mod
 
-    names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-             "_global_backward_pre_hooks")
+    names = (
+        "_global_forward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    )
     total = sum(len(getattr(module_mod, n, {})) for n in names)
     return total + len(optimizer_mod._global_optimizer_pre_hooks) + len(optimizer_mod._global_optimizer_post_hooks)
 
@@ -93,8 +98,9 @@ def train(model: nn.Module, data: list, on_step: Callable[[int], None] | None = 
 STEPS = 24
 
 
-def baseline(model_factory: Callable[[], nn.Module], steps: int = STEPS,
-             data: list | None = None) -> tuple[list[float], dict]:
+def baseline(
+    model_factory: Callable[[], nn.Module], steps: int = STEPS, data: list | None = None
+) -> tuple[list[float], dict]:
     """Losses and final parameters of the same training without Hookscope."""
     torch.manual_seed(0)
     model = model_factory()
@@ -106,10 +112,17 @@ def arm_everything(conn: Any, model_id: str = "m1") -> None:
     """Breakpoints on every phase that never pause (no debugger: logged), a watch, break on NaN."""
     from hookscope.link import protocol
 
-    resolved = conn.request("setBreakpoints", breakpoints=[
-        {"id": "all", "layer": "*", "phases": list(protocol.PHASES),
-         "condition": {"kind": "absmax_above", "threshold": 1e30}},
-    ])["resolved"]
+    resolved = conn.request(
+        "setBreakpoints",
+        breakpoints=[
+            {
+                "id": "all",
+                "layer": "*",
+                "phases": list(protocol.PHASES),
+                "condition": {"kind": "absmax_above", "threshold": 1e30},
+            },
+        ],
+    )["resolved"]
     assert resolved and resolved[0]["layers"], resolved
     conn.request("setBreakOnNonFinite", enabled=True)
     conn.request("watch", model=model_id, layers=["conv", "shared", "head"], rateHz=1000)

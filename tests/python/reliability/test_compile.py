@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reliability_support import hook_count
 from torch import nn
 
 from hookscope.engine import discovery
 from hookscope.engine.core import Engine
 from hookscope.link.protocol import ProtocolError
-
-from reliability_support import hook_count
 
 
 class Net(nn.Module):

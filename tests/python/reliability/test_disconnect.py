@@ -14,12 +14,22 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reliability_support import (
+    STEPS,
+    SmallNet,
+    arm_everything,
+    assert_same_training,
+    baseline,
+    batches,
+    global_hook_count,
+    hook_count,
+    params_of,
+    train,
+    wait_until,
+)
 
 from hookscope.debugger import stop
 from hookscope.link.protocol import PHASES
-
-from reliability_support import (STEPS, SmallNet, arm_everything, assert_same_training, baseline, batches,
-                                 global_hook_count, hook_count, params_of, train, wait_until)
 
 DISCONNECT_STEP = 3
 
@@ -43,10 +53,18 @@ def connect_armed(link, live_agent, model, firing: dict):
     conn = link.wait_connection(20)
     conn.wait_event("modelAdded", timeout=20)
     arm_everything(conn)
-    conn.request("setBreakpoints", breakpoints=[
-        {"id": "all", "layer": "*", "phases": list(PHASES), "condition": {"kind": "absmax_above", "threshold": 1e30}},
-        firing,
-    ])
+    conn.request(
+        "setBreakpoints",
+        breakpoints=[
+            {
+                "id": "all",
+                "layer": "*",
+                "phases": list(PHASES),
+                "condition": {"kind": "absmax_above", "threshold": 1e30},
+            },
+            firing,
+        ],
+    )
     engine = agent._engine
     assert engine is not None and engine.hook_count > 0
     after: dict = {"disconnect": False, "events": []}
@@ -75,15 +93,17 @@ def test_editor_gone_inside_a_backward_leaves_no_hook(link, live_agent):
     torch.manual_seed(0)
     model = SmallNet()
     # shared's backward comes after the head's in the backward: it must not fire once the editor is gone
-    agent, engine, after = connect_armed(link, live_agent, model, {"id": "f", "layer": "shared",
-                                                                 "phases": ["backward", "param_grad"]})
+    agent, engine, after = connect_armed(
+        link, live_agent, model, {"id": "f", "layer": "shared", "phases": ["backward", "param_grad"]}
+    )
     step = [0]
 
     def inside_backward(module, grad_input, grad_output):  # the head's backward: the first of the step
         if step[0] == DISCONNECT_STEP and not after["disconnect"]:
             link.close()  # the editor goes away while this backward runs
-            wait_until(lambda: not agent.connected and engine.hook_count == 0, timeout=15,
-                       what="the agent to remove the hooks")
+            wait_until(
+                lambda: not agent.connected and engine.hook_count == 0, timeout=15, what="the agent to remove the hooks"
+            )
             after["disconnect"] = True
 
     user_hook = model.head.register_full_backward_hook(inside_backward)
@@ -121,8 +141,9 @@ def test_editor_gone_while_paused_at_a_layer_breakpoint_leaves_no_hook(link, liv
         if len(paused) > 1:
             return  # a stop after the editor left: reported below
         link.close()  # the editor (and its debugger) goes away while the program is paused
-        wait_until(lambda: not agent.connected and engine.hook_count == 0, timeout=15,
-                   what="the agent to remove the hooks")
+        wait_until(
+            lambda: not agent.connected and engine.hook_count == 0, timeout=15, what="the agent to remove the hooks"
+        )
         after["disconnect"] = True
 
     monkeypatch.setattr(stop, "debugger_connected", lambda: True)

@@ -19,14 +19,24 @@ import threading
 import time
 
 import torch
+from reliability_support import (
+    STEPS,
+    SmallNet,
+    arm_everything,
+    assert_same_training,
+    baseline,
+    batches,
+    global_hook_count,
+    hook_count,
+    params_of,
+    train,
+    wait_until,
+)
 from torch import nn
 
+from hookscope.engine.core import Engine
 from hookscope.link import handshake, protocol
 from hookscope.link.agent import SILENCE_LIMIT_S
-from hookscope.engine.core import Engine
-
-from reliability_support import (STEPS, SmallNet, arm_everything, assert_same_training, baseline, batches,
-                                 global_hook_count, hook_count, params_of, train, wait_until)
 
 
 def test_editor_closes_mid_run_hooks_removed_training_unchanged_and_reconnect(link, live_agent):
@@ -114,14 +124,29 @@ def test_raising_callback_and_condition_are_reported_not_raised():
     def user_hook(hit) -> None:
         raise RuntimeError("user callback bug")
 
-    resolved = engine.set_breakpoints([
-        {"id": "cb", "layer": "shared", "phases": ["forward", "backward"], "action": "callback",
-         "callback": user_hook},
-        {"id": "expr", "layer": "head", "phases": ["forward"],
-         "condition": {"kind": "expression", "expression": "output.no_such_attribute > 1"}},
-        {"id": "zero", "layer": "conv", "phases": ["forward"],
-         "condition": {"kind": "expression", "expression": "1 / 0"}},
-    ])
+    resolved = engine.set_breakpoints(
+        [
+            {
+                "id": "cb",
+                "layer": "shared",
+                "phases": ["forward", "backward"],
+                "action": "callback",
+                "callback": user_hook,
+            },
+            {
+                "id": "expr",
+                "layer": "head",
+                "phases": ["forward"],
+                "condition": {"kind": "expression", "expression": "output.no_such_attribute > 1"},
+            },
+            {
+                "id": "zero",
+                "layer": "conv",
+                "phases": ["forward"],
+                "condition": {"kind": "expression", "expression": "1 / 0"},
+            },
+        ]
+    )
     assert all(r["layers"] for r in resolved), resolved
     losses = train(model, batches(STEPS))
     assert_same_training((losses, params_of(model)), expected)
@@ -136,13 +161,23 @@ def test_raising_callback_and_condition_are_reported_not_raised():
 
 # ---------------------------------------------------------------- odd outputs and modules
 
+
 class OddOutputs(nn.Module):
     """Returns a tuple with every awkward kind of value next to the one tensor that matters."""
 
     def forward(self, x: torch.Tensor):
         q = torch.quantize_per_tensor(x.detach().float(), 0.1, 0, torch.qint8)
-        return (x, None, "text", 3, x[:0], x.detach().to_sparse(), q,
-                torch.complex(x.detach(), x.detach()), {"k": [x.detach()]})
+        return (
+            x,
+            None,
+            "text",
+            3,
+            x[:0],
+            x.detach().to_sparse(),
+            q,
+            torch.complex(x.detach(), x.detach()),
+            {"k": [x.detach()]},
+        )
 
 
 class Weird(nn.Module):
@@ -182,9 +217,15 @@ def test_odd_outputs_and_modules_never_crash_with_everything_on():
     torch.manual_seed(0)
     model = _weird()
     engine.add_model("m1", model)
-    engine.handle({"type": "setBreakpoints", "id": 1, "breakpoints": [
-        {"id": "all", "layer": "*", "phases": list(protocol.PHASES)},  # fires every time: logged
-    ]})
+    engine.handle(
+        {
+            "type": "setBreakpoints",
+            "id": 1,
+            "breakpoints": [
+                {"id": "all", "layer": "*", "phases": list(protocol.PHASES)},  # fires every time: logged
+            ],
+        }
+    )
     engine.handle({"type": "setBreakOnNonFinite", "id": 2, "enabled": True})
     engine.handle({"type": "watch", "id": 3, "layers": ["lazy", "odd", "shared", "head"], "rateHz": 1000})
     losses = train(model, batches(STEPS))
@@ -192,8 +233,13 @@ def test_odd_outputs_and_modules_never_crash_with_everything_on():
 
     kinds = {e["type"] for e in events}
     assert "hit" in kinds and "summaries" in kinds
-    errors = [e for e in events if e["type"] == "notice" and e["level"] in ("warning", "error")
-              and e.get("code") not in ("breakpointUnresolved",)]
+    errors = [
+        e
+        for e in events
+        if e["type"] == "notice"
+        and e["level"] in ("warning", "error")
+        and e.get("code") not in ("breakpointUnresolved",)
+    ]
     assert not errors, errors[:3]
     odd = [s for e in events if e["type"] == "summaries" and e["layer"] == "odd" for s in e["tensors"]]
     notes = {s["path"]: s.get("note") for s in odd}
@@ -205,9 +251,11 @@ def test_odd_outputs_and_modules_never_crash_with_everything_on():
     assert dense and dense[0].get("mean") is not None
     shared_hits = [e for e in events if e["type"] == "hit" and e["layer"] == "shared" and e["phase"] == "forward"]
     assert len(shared_hits) >= 2 * STEPS, "a layer called twice per step fires twice"
-    for request in ({"type": "getSummaries", "id": 4, "layer": "odd"},
-                    {"type": "render", "id": 5, "view": "histogram", "layer": "odd"},
-                    {"type": "getParamGrads", "id": 6}):
+    for request in (
+        {"type": "getSummaries", "id": 4, "layer": "odd"},
+        {"type": "render", "id": 5, "view": "histogram", "layer": "odd"},
+        {"type": "getParamGrads", "id": 6},
+    ):
         try:
             engine.handle(request)
         except protocol.ProtocolError as exc:  # a clear error reply is fine; a crash is not

@@ -17,19 +17,32 @@ import time
 import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from hookscope.link import codec, protocol
 from reliability_support import SmallNet, hook_count
 
-BUDGET = settings(max_examples=400, deadline=None, derandomize=True,
-                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+from hookscope.link import codec, protocol
+
+BUDGET = settings(
+    max_examples=400,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 PER_INPUT_S = 2.0
 """A single input that takes longer than this is a hang for our purposes."""
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(),
-                    st.text(max_size=20), st.binary(max_size=20))
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=8), inner, max_size=5)), max_leaves=30)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=8), inner, max_size=5)),
+    max_leaves=30,
+)
 
 
 def _pack(value: object) -> bytes:
@@ -63,8 +76,7 @@ def test_random_bytes_decode_or_protocol_error(data):
 
 
 @BUDGET
-@given(values, st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=6),
-       st.integers(0, 8))
+@given(values, st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=6), st.integers(0, 8))
 def test_mutated_msgpack_decode_or_protocol_error(value, flips, cut):
     data = bytearray(_pack(value))
     for pos, byte in flips:
@@ -76,9 +88,14 @@ def test_mutated_msgpack_decode_or_protocol_error(value, flips, cut):
 
 
 _field_values = {
-    "str": st.text(max_size=30), "int": st.integers(-5, 2**40), "float": st.floats(allow_nan=True),
-    "bool": st.booleans(), "bin": st.binary(max_size=30), "list": st.lists(scalars, max_size=4),
-    "map": st.dictionaries(st.text(max_size=6), scalars, max_size=4), "any": scalars,
+    "str": st.text(max_size=30),
+    "int": st.integers(-5, 2**40),
+    "float": st.floats(allow_nan=True),
+    "bool": st.booleans(),
+    "bin": st.binary(max_size=30),
+    "list": st.lists(scalars, max_size=4),
+    "map": st.dictionaries(st.text(max_size=6), scalars, max_size=4),
+    "any": scalars,
 }
 
 
@@ -108,7 +125,7 @@ def test_protocol_shaped_messages_through_frames(message):
     decoded = []
     try:
         for i in range(0, len(data), 7):  # split arbitrarily, as TCP may
-            decoded += reader.feed(data[i:i + 7])
+            decoded += reader.feed(data[i : i + 7])
     except protocol.ProtocolError:
         return
     assert len(decoded) == 1
@@ -138,15 +155,31 @@ def test_requests_to_a_live_agent_each_get_one_reply(link, live_agent):
     a = live_agent(link, model)
     conn = link.wait_connection(20)
     conn.wait_event("modelAdded", timeout=20)
-    requests = [m for m in protocol.MESSAGES if m.kind == "request" and m.direction != "toExtension"
-                and m.type not in ("removeHooks",)]
+    requests = [
+        m
+        for m in protocol.MESSAGES
+        if m.kind == "request" and m.direction != "toExtension" and m.type not in ("removeHooks",)
+    ]
     sent: list[int] = []
 
-    @settings(max_examples=150, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-    @given(st.sampled_from(requests).flatmap(lambda d: st.fixed_dictionaries(
-        {f.name: _field_values[f.type] if not f.optional else st.one_of(st.none(), _field_values[f.type], values)
-         for f in d.fields}).map(lambda fields, d=d: {"type": d.type, **fields})))
+    @settings(
+        max_examples=150,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(
+        st.sampled_from(requests).flatmap(
+            lambda d: st.fixed_dictionaries(
+                {
+                    f.name: _field_values[f.type]
+                    if not f.optional
+                    else st.one_of(st.none(), _field_values[f.type], values)
+                    for f in d.fields
+                }
+            ).map(lambda fields, d=d: {"type": d.type, **fields})
+        )
+    )
     def one(message):
         request_id = len(sent) + 1
         sent.append(request_id)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import threading, time
     import torch
     from torch import nn
@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent('''
     thread.join()
     engine.shutdown()
     print("answers", answers[0], "errors", len(errors))
-''')
+""")
 
 
 def test_gradient_reads_from_the_agents_thread_never_crash_training():

@@ -13,11 +13,11 @@ import subprocess
 import sys
 import textwrap
 
-from hookscope import bootstrap
-
 from reliability_support import subprocess_env
 
-SCRIPT = textwrap.dedent('''
+from hookscope import bootstrap
+
+SCRIPT = textwrap.dedent("""
     import gc, os, sys, time, weakref
     import torch
     from torch import nn
@@ -45,21 +45,31 @@ SCRIPT = textwrap.dedent('''
     gc.collect()
     print("first freed", ref() is None, flush=True)
     wait_for(sys.argv[2])              # the editor saw the model go
-''')
+""")
 
 
 def test_a_model_the_program_drops_is_freed_and_reported_removed(link, tmp_path):
     script, go, done = tmp_path / "sweep.py", tmp_path / "go", tmp_path / "done"
     script.write_text(SCRIPT)
     env = subprocess_env({**link.env(), "PYTHONPATH": bootstrap.pythonpath(None)})
-    proc = subprocess.Popen([sys.executable, str(script), str(go), str(done)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(go), str(done)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         conn = link.wait_connection(120)
         added = conn.wait_event("modelAdded", timeout=120)["model"]["id"]
         assert conn.request("setBreakOnNonFinite", enabled=True, timeout=60) == {"enabled": True}
-        resolved = conn.request("setBreakpoints", timeout=60, breakpoints=[
-            {"id": "b", "layer": "0", "phases": ["forward", "backward"], "condition": {"kind": "nonfinite"}}])
+        resolved = conn.request(
+            "setBreakpoints",
+            timeout=60,
+            breakpoints=[
+                {"id": "b", "layer": "0", "phases": ["forward", "backward"], "condition": {"kind": "nonfinite"}}
+            ],
+        )
         assert resolved["resolved"][0]["layers"] == ["0"], resolved
         assert conn.request("watch", layers=["0", "2"], model=added, timeout=60)["layers"] == ["0", "2"]
         conn.request("addIntervention", layer="2", kind="scale", value=1.0, model=added, timeout=60)

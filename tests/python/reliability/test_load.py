@@ -15,15 +15,14 @@ import time
 import tracemalloc
 
 import torch
+from reliability_support import hook_count, wait_until
 from torch import nn
 
+from hookscope.engine import discovery
+from hookscope.engine.core import Engine
 from hookscope.link import agent as agent_mod
 from hookscope.link import codec, handshake, protocol
-from hookscope.engine import discovery
 from hookscope.link.agent import Agent, OutgoingQueue
-from hookscope.engine.core import Engine
-
-from reliability_support import hook_count, wait_until
 
 LAYERS = 1000
 QUEUE_LIMIT = 512
@@ -60,7 +59,7 @@ class SlowEditor:
         while not self.stop.is_set():
             try:
                 sock, _ = self.server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -79,7 +78,7 @@ class SlowEditor:
             while not self.stop.is_set():
                 try:
                     data = sock.recv(chunk)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError:
                     break
@@ -106,8 +105,9 @@ def _run_load(answer_heartbeats: bool, extra_steps: int = 4) -> dict:
     editor = SlowEditor("tok", rate=128 * 1024, answer_heartbeats=answer_heartbeats)
     # The summary budget would keep this far below what overflows the queue (a round of 1,000
     # summaries every ~25 rounds' time); let summaries take nearly all the time, as a huge watch would.
-    a = Agent("127.0.0.1", editor.port, "tok", discover=False,
-              engine_factory=lambda emit: Engine(emit, summary_share=0.99))
+    a = Agent(
+        "127.0.0.1", editor.port, "tok", discover=False, engine_factory=lambda emit: Engine(emit, summary_share=0.99)
+    )
     a.queue = OutgoingQueue(limit=QUEUE_LIMIT)  # drops start after a step or two (the bound is what counts)
     tree = discovery.describe("m1", model, "deep")
     a._on_model_added("m1", model, tree)
@@ -130,9 +130,16 @@ def _run_load(answer_heartbeats: bool, extra_steps: int = 4) -> dict:
             peak_out = max(peak_out, len(a._out))
         _, peak_mem = tracemalloc.get_traced_memory()
         wait_until(lambda: editor.first("stats"), timeout=60, what="a stats event")
-        return {"steps": steps, "peak_queue": peak_queue, "peak_out": peak_out, "dropped": a.queue.dropped,
-                "stats": editor.first("stats")[1], "connections": editor.connections,
-                "mem_growth": peak_mem - base_mem, "tree_modules": len(tree["modules"])}
+        return {
+            "steps": steps,
+            "peak_queue": peak_queue,
+            "peak_out": peak_out,
+            "dropped": a.queue.dropped,
+            "stats": editor.first("stats")[1],
+            "connections": editor.connections,
+            "mem_growth": peak_mem - base_mem,
+            "tree_modules": len(tree["modules"]),
+        }
     finally:
         a.stop()
         editor.close()
@@ -147,9 +154,11 @@ def test_slow_reader_memory_bounded_drops_counted_tree_first():
     assert result["peak_out"] <= agent_mod.OUT_BUFFER_LIMIT + 1024 * 1024
     assert result["mem_growth"] < agent_mod.OUT_BUFFER_LIMIT + 64 * 1024 * 1024
     assert result["dropped"] > 0 and result["stats"]["dropped"] > 0
-    print(f"{result['steps']} steps; "
-          f"dropped {result['dropped']}; peak queue {result['peak_queue']}; peak buffer {result['peak_out']} B; "
-          f"traced memory growth {result['mem_growth'] / 1e6:.1f} MB")
+    print(
+        f"{result['steps']} steps; "
+        f"dropped {result['dropped']}; peak queue {result['peak_queue']}; peak buffer {result['peak_out']} B; "
+        f"traced memory growth {result['mem_growth'] / 1e6:.1f} MB"
+    )
 
 
 def test_slow_editor_that_answers_heartbeats_is_not_taken_for_dead():

@@ -14,12 +14,11 @@ import sys
 import textwrap
 
 import pytest
+from reliability_support import subprocess_env
 
 from hookscope import bootstrap
 
-from reliability_support import subprocess_env
-
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import os, sys, time
 
     deadline = time.monotonic() + 120
@@ -73,7 +72,7 @@ SCRIPT = textwrap.dedent('''
         loss.backward()
         opt.step()
     print("trained", flush=True)
-''')
+""")
 
 CASES = [(c, w) for c in ("optimizer-first", "second-model") for w in ("forward", "backward")]
 
@@ -84,8 +83,13 @@ def test_a_nan_in_the_first_step_of_a_model_built_after_the_optimizer_is_found(l
     script, go = tmp_path / "train.py", tmp_path / "go"
     script.write_text(SCRIPT)
     env = subprocess_env({**link.env(), "PYTHONPATH": bootstrap.pythonpath(None)})
-    proc = subprocess.Popen([sys.executable, str(script), str(go), case, where], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(go), case, where],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         conn = link.wait_connection(120)
         assert conn.request("setBreakOnNonFinite", enabled=True, timeout=60) == {"enabled": True}
@@ -98,7 +102,9 @@ def test_a_nan_in_the_first_step_of_a_model_built_after_the_optimizer_is_found(l
             proc.kill()
     assert proc.returncode == 0 and "trained" in out, err[-3000:]
     models = {m["model"]["id"]: m["model"]["cls"] for m in conn.received if m.get("type") == "modelAdded"}
-    assert (models.get(hit["model"]), hit["layer"], hit["phase"], hit["step"]) == (
-        "Net", "culprit", where, 0), (hit["reason"], models)
+    assert (models.get(hit["model"]), hit["layer"], hit["phase"], hit["step"]) == ("Net", "culprit", where, 0), (
+        hit["reason"],
+        models,
+    )
     notices = [m["message"] for m in conn.received if m.get("type") == "notice" and m.get("level") != "info"]
     assert not notices, notices

@@ -14,16 +14,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from reliability_support import ROOT, subprocess_env, wait_until
 
 from hookscope import bootstrap
 
-from reliability_support import ROOT, subprocess_env, wait_until
-
-CHILDREN_SCRIPT = textwrap.dedent('''
+CHILDREN_SCRIPT = textwrap.dedent("""
     import multiprocessing as mp, subprocess, sys
     import torch
     from torch import nn
@@ -49,7 +47,7 @@ CHILDREN_SCRIPT = textwrap.dedent('''
                              capture_output=True, text=True, check=True).stdout
         assert "child ok" in out
         print("loss", round(loss.item(), 6), flush=True)
-''')
+""")
 
 
 def _env(link, extra=None):
@@ -61,11 +59,11 @@ def _env(link, extra=None):
 def test_workers_and_children_do_not_start_agents(link, tmp_path):
     script = tmp_path / "children.py"
     script.write_text(CHILDREN_SCRIPT)
-    plain = subprocess.run([sys.executable, str(script)], env=subprocess_env(), capture_output=True,
-                           text=True, timeout=300)
+    plain = subprocess.run(
+        [sys.executable, str(script)], env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
     assert plain.returncode == 0, plain.stderr[-3000:]
-    run = subprocess.run([sys.executable, str(script)], env=_env(link), capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run([sys.executable, str(script)], env=_env(link), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1] == plain.stdout.strip().splitlines()[-1], "training changed"
     assert "hookscope" not in run.stderr.lower(), run.stderr[-2000:]
@@ -75,8 +73,9 @@ def test_workers_and_children_do_not_start_agents(link, tmp_path):
     assert main.hello["argv"][0].endswith("children.py")
     # Only the main script connected: no DataLoader worker, no pool child.
     others = [c.hello for c in link.connections if c.pid != main.pid]
-    plain_python_children = [h for h in others if h["argv"][:2] == ["-c", "import torch; print('child ok')"]
-                             or h["argv"] == ["-c"]]
+    plain_python_children = [
+        h for h in others if h["argv"][:2] == ["-c", "import torch; print('child ok')"] or h["argv"] == ["-c"]
+    ]
     assert not [h for h in others if h not in plain_python_children], others
     # A plain `python -c` child is a separate program (as debugpy's subProcess follows it): it
     # connects as its own process; workers and pool children never do.
@@ -84,8 +83,10 @@ def test_workers_and_children_do_not_start_agents(link, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
-                    reason="torchrun is not installed next to this Python")
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
+    reason="torchrun is not installed next to this Python",
+)
 def test_ddp_each_rank_connects_and_rank1_nan_is_reported_by_rank1(link, tmp_path):
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     hits: list[tuple[int, dict]] = []
@@ -93,10 +94,25 @@ def test_ddp_each_rank_connects_and_rank1_nan_is_reported_by_rank1(link, tmp_pat
     go = tmp_path / "go"
     link.on_event = lambda conn, event: hits.append((conn.hello["rank"], event)) if event["type"] == "hit" else None
     # The ranks build their model, then wait for `go`: the test first turns break on NaN on in both.
-    proc = subprocess.Popen([torchrun, "--nproc_per_node", "2", "--standalone",
-                             str(ROOT / "examples" / "ddp.py"), "--steps", "6", "--nan-step", "3",
-                             "--go-file", str(go)],
-                            env=_env(link), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--standalone",
+            str(ROOT / "examples" / "ddp.py"),
+            "--steps",
+            "6",
+            "--nan-step",
+            "3",
+            "--go-file",
+            str(go),
+        ],
+        env=_env(link),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for index in (0, 1):
             conn = link.wait_connection(120, index=index)
@@ -119,18 +135,39 @@ def test_ddp_each_rank_connects_and_rank1_nan_is_reported_by_rank1(link, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
-                    reason="torchrun is not installed next to this Python")
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
+    reason="torchrun is not installed next to this Python",
+)
 def test_ddp_under_the_debugger_pauses_rank1_and_continues_without_deadlock():
     """``hookscope run --break-on-nonfinite torchrun ...``: debugpy follows the ranks (one child DAP
     session each), both connect, rank 1's NaN pauses rank 1 in the layer it was born in, and
     continuing lets both ranks finish (rank 0 waited in the gradient all-reduce meanwhile)."""
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     result = subprocess.run(
-        [sys.executable, "-m", "hookscope.terminal.cli", "run", "--json", "--break-on-nonfinite", torchrun,
-         "--nproc_per_node", "2", "--standalone", str(ROOT / "examples" / "ddp.py"), "--steps", "6",
-         "--nan-step", "3"],
-        env=subprocess_env(), capture_output=True, text=True, timeout=400, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "hookscope.terminal.cli",
+            "run",
+            "--json",
+            "--break-on-nonfinite",
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--standalone",
+            str(ROOT / "examples" / "ddp.py"),
+            "--steps",
+            "6",
+            "--nan-step",
+            "3",
+        ],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=ROOT,
+    )
     events = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     detail = result.stdout[-4000:] + result.stderr[-3000:]
     assert result.returncode == 0, detail
@@ -142,8 +179,9 @@ def test_ddp_under_the_debugger_pauses_rank1_and_continues_without_deadlock():
     assert (first["rank"], first["worldSize"], first["layer"], first["breakpoint"]) == (1, 2, "module.fc1", "nonfinite")
     assert first["pausing"] is True, "rank 1 pauses under the debugger"
     paused = [e for e in events if e["event"] == "paused"]
-    assert paused and (paused[0]["rank"], paused[0]["pid"], paused[0]["layer"]) == (1, first["pid"], "module.fc1"), \
+    assert paused and (paused[0]["rank"], paused[0]["pid"], paused[0]["layer"]) == (1, first["pid"], "module.fc1"), (
         f"the debugger really stopped rank 1 (its own DAP session): {detail}"
+    )
     program = "".join(e["output"] for e in events if e["event"] == "output")
     assert "rank 0 done" in program and "rank 1 done" in program, detail
     assert "incompatible copy of pydevd" not in program, "Hookscope's pydevd plugin adds no warning to the ranks"

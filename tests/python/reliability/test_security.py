@@ -19,11 +19,11 @@ import time
 
 import msgpack
 import pytest
+from reliability_support import SmallNet, wait_until
+
 from hookscope.link import codec, handshake, protocol
 from hookscope.link.agent import Agent
 from hookscope.terminal.editor_link import EditorLink
-
-from reliability_support import SmallNet, wait_until
 
 
 def _connect(link: EditorLink) -> socket.socket:
@@ -39,7 +39,7 @@ def _read_until_closed(sock: socket.socket, limit_s: float) -> tuple[bytes, floa
     while True:
         try:
             chunk = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             raise AssertionError(f"the server kept the connection open for more than {limit_s} s") from None
         except ConnectionResetError:
             break
@@ -54,8 +54,12 @@ def _replies(data: bytes) -> list[dict]:
 
 
 def _hello(nonce: bytes | None = None, **extra: object) -> dict:
-    hello = {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "hookscope": "0",
-             "nonce": nonce if nonce is not None else handshake.new_nonce()}
+    hello = {
+        "type": "hello",
+        "protocol": protocol.PROTOCOL_VERSION,
+        "hookscope": "0",
+        "nonce": nonce if nonce is not None else handshake.new_nonce(),
+    }
     hello.update(extra)
     return hello
 
@@ -73,8 +77,20 @@ def test_editor_link_listens_on_loopback_only(link):
     assert link._server.getsockname()[0] == "127.0.0.1"
 
 
-@pytest.mark.parametrize("case", ["silent", "wrong token", "replayed proof", "missing proof", "proof of wrong type",
-                                  "not hello first", "garbage bytes", "oversize header", "old protocol"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "silent",
+        "wrong token",
+        "replayed proof",
+        "missing proof",
+        "proof of wrong type",
+        "not hello first",
+        "garbage bytes",
+        "oversize header",
+        "old protocol",
+    ],
+)
 def test_editor_link_refuses_within_the_hello_deadline(link, case):
     secret = link.token
     sock = _connect(link)
@@ -101,9 +117,23 @@ def test_editor_link_refuses_within_the_hello_deadline(link, case):
         elif case == "oversize header":
             sock.sendall(struct.pack(">I", protocol.HANDSHAKE_FRAME_BYTES + 1))
         elif case == "old protocol":  # a hookscope package of protocol 1 sent its token in hello
-            sock.sendall(codec.frame({"type": "hello", "token": secret, "protocol": 1, "pid": 1, "rank": 0,
-                                      "worldSize": 1, "python": "3", "torch": "2", "hookscope": "0.0.9",
-                                      "argv": [], "debugger": False}))
+            sock.sendall(
+                codec.frame(
+                    {
+                        "type": "hello",
+                        "token": secret,
+                        "protocol": 1,
+                        "pid": 1,
+                        "rank": 0,
+                        "worldSize": 1,
+                        "python": "3",
+                        "torch": "2",
+                        "hookscope": "0.0.9",
+                        "argv": [],
+                        "debugger": False,
+                    }
+                )
+            )
         data, took = _read_until_closed(sock, protocol.HELLO_DEADLINE_S + 10)
     finally:
         sock.close()
@@ -113,12 +143,17 @@ def test_editor_link_refuses_within_the_hello_deadline(link, case):
     if case != "silent":
         replies = [m for m in _replies(data) if m["type"] == "reply"]
         assert replies and "error" in replies[0], _replies(data)
-        expected = {"wrong token": protocol.ERR_TOKEN, "replayed proof": protocol.ERR_TOKEN,
-                    "old protocol": protocol.ERR_VERSION}.get(case, protocol.ERR_BAD_MESSAGE)
+        expected = {
+            "wrong token": protocol.ERR_TOKEN,
+            "replayed proof": protocol.ERR_TOKEN,
+            "old protocol": protocol.ERR_VERSION,
+        }.get(case, protocol.ERR_BAD_MESSAGE)
         assert replies[0]["error"]["code"] == expected
         if case == "old protocol":
-            assert "protocol 1" in replies[0]["error"]["message"] and f"speaks {protocol.PROTOCOL_VERSION}" in \
-                replies[0]["error"]["message"]
+            assert (
+                "protocol 1" in replies[0]["error"]["message"]
+                and f"speaks {protocol.PROTOCOL_VERSION}" in replies[0]["error"]["message"]
+            )
         # The editor's own proof is never sent to a peer that did not prove the token.
         assert all(m["type"] != "proof" for m in _replies(data))
     # Neither the reply nor the log echoes the session token.
@@ -136,7 +171,7 @@ def test_editor_link_hello_deadline_is_total_not_per_read(link):
         closed = False
         while time.monotonic() < deadline and sent < len(frame) - 1:
             try:
-                sock.sendall(frame[sent:sent + 1])
+                sock.sendall(frame[sent : sent + 1])
             except OSError:
                 closed = True
                 break
@@ -146,7 +181,7 @@ def test_editor_link_hello_deadline_is_total_not_per_read(link):
             sock.settimeout(0.5)
             try:
                 closed = sock.recv(1) == b""
-            except socket.timeout:
+            except TimeoutError:
                 closed = False
             except OSError:
                 closed = True
@@ -178,6 +213,7 @@ def test_agent_stops_for_good_on_a_wrong_token_and_does_not_log_it(link, caplog,
 
 # ---------------------------------------------------------------- agent: bounds and error replies
 
+
 def _deep(depth: int) -> object:
     value: object = 1
     for _ in range(depth):
@@ -201,17 +237,20 @@ def test_agent_refuses_oversize_frames_from_the_header_alone(link, live_agent):
     assert a.refused is None
 
 
-@pytest.mark.parametrize("body,why", [
-    (lambda: msgpack.packb(_deep(protocol.MAX_DEPTH + 5)), "nested deeper"),
-    (lambda: b"\xdd" + struct.pack(">I", protocol.MAX_COLLECTION + 1), "collection"),
-    (lambda: b"\xdf" + struct.pack(">I", 0xFFFFFFFF), "collection"),
-    (lambda: b"\xdb" + struct.pack(">I", 0xFFFFFFF0) + b"abc", "truncated string"),
-    (lambda: msgpack.packb({1: 2}), "int map key"),
-    (lambda: msgpack.packb(msgpack.ExtType(1, b"x")), "ext type"),
-    (lambda: b"\x81\xa4type", "truncated map"),
-    (lambda: msgpack.packb({"type": "ping", "id": 1}) + b"\x00", "extra bytes"),
-    (lambda: b"\xa2\xff\xfe", "bad utf-8"),
-])
+@pytest.mark.parametrize(
+    "body,why",
+    [
+        (lambda: msgpack.packb(_deep(protocol.MAX_DEPTH + 5)), "nested deeper"),
+        (lambda: b"\xdd" + struct.pack(">I", protocol.MAX_COLLECTION + 1), "collection"),
+        (lambda: b"\xdf" + struct.pack(">I", 0xFFFFFFFF), "collection"),
+        (lambda: b"\xdb" + struct.pack(">I", 0xFFFFFFF0) + b"abc", "truncated string"),
+        (lambda: msgpack.packb({1: 2}), "int map key"),
+        (lambda: msgpack.packb(msgpack.ExtType(1, b"x")), "ext type"),
+        (lambda: b"\x81\xa4type", "truncated map"),
+        (lambda: msgpack.packb({"type": "ping", "id": 1}) + b"\x00", "extra bytes"),
+        (lambda: b"\xa2\xff\xfe", "bad utf-8"),
+    ],
+)
 def test_codec_refuses_unbounded_or_broken_bodies_with_protocol_error(body, why):
     data = body()
     start = time.monotonic()
@@ -251,8 +290,11 @@ def test_agent_answers_every_bad_message_with_an_error_reply_and_keeps_serving(l
     ]
     for message, code in bad:
         conn.send(message)
-        reply = conn.wait_reply(message["id"], 20) if not isinstance(message["id"], bool) else \
-            conn.wait_event("reply", lambda m: m.get("re") == -1, timeout=20)
+        reply = (
+            conn.wait_reply(message["id"], 20)
+            if not isinstance(message["id"], bool)
+            else conn.wait_event("reply", lambda m: m.get("re") == -1, timeout=20)
+        )
         if code is None:  # accepted at the protocol level, refused per entry
             assert "error" in reply or all(e.get("error") for e in reply["body"]["resolved"]), reply
         else:
@@ -272,14 +314,17 @@ def test_no_code_runs_from_a_message_except_paused_expressions(link, live_agent,
     live_agent(link, model)
     conn = link.wait_connection(20)
     conn.wait_event("modelAdded", timeout=20)
-    for i, message in enumerate([
-        {"type": "inspectValue", "expression": payload},
-        {"type": "watch", "layers": [payload]},
-        {"type": "render", "view": payload, "layer": payload},
-        {"type": "setBreakpoints", "breakpoints": [{"id": "a", "layer": payload, "phases": ["forward"]}]},
-        {"type": "addIntervention", "layer": "conv", "kind": payload},
-        {"type": "listHooks", "model": payload},
-    ], start=100):
+    for i, message in enumerate(
+        [
+            {"type": "inspectValue", "expression": payload},
+            {"type": "watch", "layers": [payload]},
+            {"type": "render", "view": payload, "layer": payload},
+            {"type": "setBreakpoints", "breakpoints": [{"id": "a", "layer": payload, "phases": ["forward"]}]},
+            {"type": "addIntervention", "layer": "conv", "kind": payload},
+            {"type": "listHooks", "model": payload},
+        ],
+        start=100,
+    ):
         conn.send({**message, "id": i})
         conn.wait_reply(i, 20)
     assert not marker.exists()

@@ -25,12 +25,12 @@ import time
 import tracemalloc
 
 import pytest
+from reliability_support import ROOT, SmallNet, batches, hook_count, subprocess_env, train, wait_until
+
 from hookscope.link import agent as agent_mod
 from hookscope.link import codec, handshake, protocol
 from hookscope.link.agent import RequestBudget
 from hookscope.terminal.editor_link import EditorLink, RequestError
-
-from reliability_support import ROOT, SmallNet, batches, hook_count, subprocess_env, train, wait_until
 
 
 def _read_all(sock: socket.socket, limit_s: float) -> bytes:
@@ -41,7 +41,7 @@ def _read_all(sock: socket.socket, limit_s: float) -> bytes:
         sock.settimeout(max(0.05, deadline - time.monotonic()))
         try:
             chunk = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             continue
         except OSError:
             break
@@ -53,11 +53,22 @@ def _read_all(sock: socket.socket, limit_s: float) -> bytes:
 
 def _expression_breakpoint(marker) -> dict:
     payload = f"open({str(marker)!r}, 'w').write('x') > 0"
-    return {"type": "setBreakpoints", "id": 1, "breakpoints": [
-        {"id": "evil", "layer": "*", "phases": ["forward"], "condition": {"kind": "expression", "expression": payload}}]}
+    return {
+        "type": "setBreakpoints",
+        "id": 1,
+        "breakpoints": [
+            {
+                "id": "evil",
+                "layer": "*",
+                "phases": ["forward"],
+                "condition": {"kind": "expression", "expression": payload},
+            }
+        ],
+    }
 
 
 # ---------------------------------------------------------------- the port squatter
+
 
 def test_port_squatter_gets_no_token_and_cannot_run_code(link, live_agent, tmp_path):
     marker = tmp_path / "pwned"
@@ -79,12 +90,17 @@ def test_port_squatter_gets_no_token_and_cannot_run_code(link, live_agent, tmp_p
             if attempt == "requests at once":  # as an editor of protocol 1 would
                 peer.sendall(codec.frame(_expression_breakpoint(marker)) + codec.frame({"type": "ping", "id": 2}))
             else:
-                peer.sendall(codec.frame({"type": "challenge", "protocol": protocol.PROTOCOL_VERSION,
-                                          "nonce": handshake.new_nonce()}))
+                peer.sendall(
+                    codec.frame(
+                        {"type": "challenge", "protocol": protocol.PROTOCOL_VERSION, "nonce": handshake.new_nonce()}
+                    )
+                )
                 backend_proof = handshake.read_frame(peer, time.monotonic() + 10)
                 assert backend_proof["type"] == "proof"
-                peer.sendall(codec.frame({"type": "proof", "proof": handshake.new_nonce()})
-                             + codec.frame(_expression_breakpoint(marker)))
+                peer.sendall(
+                    codec.frame({"type": "proof", "proof": handshake.new_nonce()})
+                    + codec.frame(_expression_breakpoint(marker))
+                )
             received += codec.frame(hello) + _read_all(peer, 10)
             peer.close()
         train(model, batches(4))  # every forward would evaluate the condition, were it installed
@@ -118,8 +134,11 @@ def test_agent_gives_up_without_an_editor_that_proves_the_token(link, live_agent
                 continue
             try:
                 handshake.read_frame(peer, time.monotonic() + 5)
-                peer.sendall(codec.frame({"type": "challenge", "protocol": protocol.PROTOCOL_VERSION,
-                                          "nonce": handshake.new_nonce()}))
+                peer.sendall(
+                    codec.frame(
+                        {"type": "challenge", "protocol": protocol.PROTOCOL_VERSION, "nonce": handshake.new_nonce()}
+                    )
+                )
                 handshake.read_frame(peer, time.monotonic() + 5)
                 peer.sendall(codec.frame({"type": "proof", "proof": b"\0" * 32}))
                 _read_all(peer, 2)
@@ -155,7 +174,7 @@ def _stream_big_frame(sock: socket.socket, body: memoryview) -> threading.Thread
         try:
             sock.sendall(BIG.to_bytes(4, "big"))
             for i in range(0, BIG, 1 << 16):
-                sock.sendall(body[i:i + (1 << 16)])
+                sock.sendall(body[i : i + (1 << 16)])
         except OSError:
             pass
 
@@ -190,8 +209,14 @@ def test_editor_link_refuses_a_32_mib_first_frame_from_its_header():
 def test_agent_refuses_a_32_mib_frame_from_a_peer_that_did_not_prove_the_token():
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(20)
-    a = agent_mod.Agent("127.0.0.1", server.getsockname()[1], "the-token", discover=False,
-                        engine_factory=lambda emit: None, engine_ready=lambda: False)
+    a = agent_mod.Agent(
+        "127.0.0.1",
+        server.getsockname()[1],
+        "the-token",
+        discover=False,
+        engine_factory=lambda emit: None,
+        engine_ready=lambda: False,
+    )
     body = memoryview(bytes(BIG))  # allocated before the measurement starts
     tracemalloc.start()
     try:
@@ -217,15 +242,19 @@ def test_agent_refuses_a_32_mib_frame_from_a_peer_that_did_not_prove_the_token()
 
 # ---------------------------------------------------------------- bounded by construction
 
-@pytest.mark.parametrize("view,options,field", [
-    ("histogram", {"bins": 10**7}, "bins"),
-    ("featureMap", {"per_page": 10**6}, "per_page"),
-    ("featureMap", {"min_tile": 10**5}, "min_tile"),
-    ("featureMap", {"page": -1}, "page"),
-    ("featureMap", {"cmap": "x" * 10**5}, "string of"),
-    ("attention", {"labels": ["x"] * 10**5}, "labels"),
-    ("histogram", {"bins": 10, "verbose": True}, "unknown option 'verbose'"),
-])
+
+@pytest.mark.parametrize(
+    "view,options,field",
+    [
+        ("histogram", {"bins": 10**7}, "bins"),
+        ("featureMap", {"per_page": 10**6}, "per_page"),
+        ("featureMap", {"min_tile": 10**5}, "min_tile"),
+        ("featureMap", {"page": -1}, "page"),
+        ("featureMap", {"cmap": "x" * 10**5}, "string of"),
+        ("attention", {"labels": ["x"] * 10**5}, "labels"),
+        ("histogram", {"bins": 10, "verbose": True}, "unknown option 'verbose'"),
+    ],
+)
 def test_huge_render_options_are_refused_with_a_clear_error(link, live_agent, view, options, field):
     model = SmallNet()
     live_agent(link, model)
@@ -243,14 +272,26 @@ def test_huge_render_options_are_refused_with_a_clear_error(link, live_agent, vi
     assert time.monotonic() - start < 5
 
 
-@pytest.mark.parametrize("message,field", [
-    ({"type": "watch", "layers": ["head"], "rateHz": 1e9}, "rateHz"),
-    ({"type": "addIntervention", "layer": "head", "kind": "zero_channels", "channels": list(range(10**5))},
-     "channels"),
-    ({"type": "inspectValue", "expression": "x", "handle": "h", "options": {"per_page": 10**6}}, "per_page"),
-    ({"type": "setBreakpoints", "breakpoints": [{"id": str(i), "layer": "x", "phases": ["forward"]}
-                                                for i in range(protocol.MAX_BREAKPOINTS + 1)]}, "breakpoints"),
-])
+@pytest.mark.parametrize(
+    "message,field",
+    [
+        ({"type": "watch", "layers": ["head"], "rateHz": 1e9}, "rateHz"),
+        (
+            {"type": "addIntervention", "layer": "head", "kind": "zero_channels", "channels": list(range(10**5))},
+            "channels",
+        ),
+        ({"type": "inspectValue", "expression": "x", "handle": "h", "options": {"per_page": 10**6}}, "per_page"),
+        (
+            {
+                "type": "setBreakpoints",
+                "breakpoints": [
+                    {"id": str(i), "layer": "x", "phases": ["forward"]} for i in range(protocol.MAX_BREAKPOINTS + 1)
+                ],
+            },
+            "breakpoints",
+        ),
+    ],
+)
 def test_other_requests_that_size_work_are_bounded(link, live_agent, message, field):
     live_agent(link, SmallNet())
     conn = link.wait_connection(20)
@@ -332,8 +373,9 @@ def test_a_request_flood_does_not_slow_the_training_step(link, tmp_path):
     script = tmp_path / "flood_target.py"
     script.write_text(FLOOD_TARGET, encoding="utf-8")
     env = subprocess_env({**link.env(), "PYTHONPATH": str(ROOT / "backend")})
-    child = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert child.stdout.readline().strip() == "ready"
         conn = link.wait_connection(30)
@@ -370,9 +412,11 @@ def test_a_request_flood_does_not_slow_the_training_step(link, tmp_path):
         if child.poll() is None:
             child.kill()
     during = statistics.median(flooded["steps"])
-    print(f"step median: {baseline * 1e3:.2f} ms without, {during * 1e3:.2f} ms during a flood of {FLOOD_REQUESTS} "
-          f"requests; the agent thread took {flooded['agentShare']:.1%} of the time ({answered} answered while "
-          f"the steps ran, {flooded['shed']} shed)")
+    print(
+        f"step median: {baseline * 1e3:.2f} ms without, {during * 1e3:.2f} ms during a flood of {FLOOD_REQUESTS} "
+        f"requests; the agent thread took {flooded['agentShare']:.1%} of the time ({answered} answered while "
+        f"the steps ran, {flooded['shed']} shed)"
+    )
     assert len(conn.received) < FLOOD_REQUESTS, "the flood was over before the steps were measured"
     # What the flood costs is what the agent thread takes of the interpreter: its share, not what it is asked.
     assert flooded["agentShare"] < agent_mod.REQUEST_SHARE * 1.5 + 0.02
@@ -429,8 +473,9 @@ def test_a_2000_layer_sequential_is_one_model_and_its_breakpoint_resolves(link, 
     script = tmp_path / "sequential_2000.py"
     script.write_text(SEQUENTIAL_2000, encoding="utf-8")
     env = subprocess_env({**link.env(), "PYTHONPATH": str(ROOT / "backend")})
-    child = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert child.stdout.readline().strip() == "ready"
         conn = link.wait_connection(30)

@@ -21,14 +21,13 @@ def tile_of(img: np.ndarray, meta: dict, position: int) -> np.ndarray:
     g = meta["grid"]
     r, c = divmod(position, g["cols"])
     y, x = r * (g["tile_h"] + g["gap"]), c * (g["tile_w"] + g["gap"])
-    return img[y:y + g["tile_h"], x:x + g["tile_w"]]
+    return img[y : y + g["tile_h"], x : x + g["tile_w"]]
 
 
 def test_grid_dimensions_of_64_channels():
     im = feature_map(torch.randn(1, 64, 56, 56))
     assert (im.width, im.height) == (8 * 56 + 7, 8 * 56 + 7)
-    assert im.meta["grid"] == {"rows": 8, "cols": 8, "tile_h": 56, "tile_w": 56, "gap": 1,
-                               "upscale": 1, "downscale": 1}
+    assert im.meta["grid"] == {"rows": 8, "cols": 8, "tile_h": 56, "tile_w": 56, "gap": 1, "upscale": 1, "downscale": 1}
     assert im.meta["channels"] == list(range(64))
     assert im.meta["pages"] == 1
 
@@ -126,7 +125,7 @@ def test_single_channel_renders_large_with_its_range(pixels):
     assert im.meta["layout"] == "single" and im.meta["range"] == [-1.0, 2.0]
     assert im.width >= 256 and im.width == im.height
     img = pixels(im.png)
-    assert (img[: im.height // 2] == HIGH).all() and (img[im.height // 2:] == LOW).all()
+    assert (img[: im.height // 2] == HIGH).all() and (img[im.height // 2 :] == LOW).all()
 
 
 def test_batch_item_is_chosen():
@@ -153,7 +152,7 @@ def test_token_and_1d_activations_get_a_heat_map(pixels):
     f = im.meta["upscale"]
     assert (im.width, im.height) == (32 * f, 6 * f)
     img = pixels(im.png)
-    assert (img[2 * f:3 * f] == HIGH).all() and (img[:2 * f] == LOW).all()
+    assert (img[2 * f : 3 * f] == HIGH).all() and (img[: 2 * f] == LOW).all()
     seq = feature_map(torch.randn(4, 8, 100))  # (N, C, L)
     assert seq.meta["layout"] == "heatmap"
     assert seq.height * 100 == seq.width * 8

@@ -27,7 +27,7 @@ def model_with_grads() -> nn.Sequential:
 def test_gradient_flow_flags_layers(pixels):
     m = model_with_grads()
     im = gradient_flow(m.named_parameters())
-    status = {l["name"]: l["status"] for l in im.meta["layers"]}
+    status = {layer["name"]: layer["status"] for layer in im.meta["layers"]}
     assert status == {"0": "ok", "1": "vanishing", "2": "exploding", "3": "nonfinite", "4": "no_grad"}
     assert im.meta["flagged"] == ["1", "2", "3"]
     assert pixels(im.png).shape == (im.height, im.width, 3)

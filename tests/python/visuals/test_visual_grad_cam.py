@@ -38,8 +38,14 @@ def blob_image() -> torch.Tensor:
 
 def quadrant_mass(cam: torch.Tensor) -> torch.Tensor:
     h, w = cam.shape[-2:]
-    q = torch.stack([cam[: h // 2, : w // 2].sum(), cam[: h // 2, w // 2:].sum(),
-                     cam[h // 2:, : w // 2].sum(), cam[h // 2:, w // 2:].sum()])
+    q = torch.stack(
+        [
+            cam[: h // 2, : w // 2].sum(),
+            cam[: h // 2, w // 2 :].sum(),
+            cam[h // 2 :, : w // 2].sum(),
+            cam[h // 2 :, w // 2 :].sum(),
+        ]
+    )
     return q / q.sum()
 
 

@@ -8,7 +8,6 @@ import pytest
 from hookscope.visuals import png
 
 
-
 def test_indexed_round_trip_is_exact(pixels):
     rng = np.random.default_rng(0)
     palette = rng.integers(0, 256, size=(256, 3), dtype=np.uint8)

@@ -58,7 +58,7 @@ def test_attention_grid_has_every_head_and_the_average(pixels):
     g = im.meta["grid"]
     img = pixels(im.png)
     y0, x0 = 0, g["tile_w"] + g["gap"]  # head 1 is the second tile of the first row
-    tile = img[y0:y0 + g["tile_h"], x0:x0 + g["tile_w"]]
+    tile = img[y0 : y0 + g["tile_h"], x0 : x0 + g["tile_w"]]
     f = g["upscale"]
     diagonal = np.stack([tile[i * f, i * f] for i in range(4)])
     assert (diagonal == HIGH).all() and (tile[0, f] == LOW).all()

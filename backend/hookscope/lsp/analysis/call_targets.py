@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-
 EVERY_ENTRY = "*"
 """The key of a call through a loop variable or a computed index: every entry of the container."""
 
@@ -36,7 +35,12 @@ def called_target(func: ast.expr, self_name: str, names: dict[str, Target]) -> T
 def _constant_key(node: ast.expr) -> str:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool) and node.value >= 0:
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int)
+        and not isinstance(node.value, bool)
+        and node.value >= 0
+    ):
         return str(node.value)
     return EVERY_ENTRY
 
@@ -60,7 +64,10 @@ def local_layer_names(function: ast.FunctionDef | ast.AsyncFunctionDef, self_nam
         if isinstance(statement, ast.Assign):
             for assigned in statement.targets:
                 if isinstance(assigned, ast.Name):
-                    bind(assigned.id, called_target(statement.value, self_name, names) if len(statement.targets) == 1 else None)
+                    bind(
+                        assigned.id,
+                        called_target(statement.value, self_name, names) if len(statement.targets) == 1 else None,
+                    )
                 else:
                     other.update(n.id for n in ast.walk(assigned) if isinstance(n, ast.Name))
         elif isinstance(statement, (ast.For, ast.AsyncFor)):
@@ -80,8 +87,12 @@ def _iterated_container(node: ast.expr, self_name: str, names: dict[str, Target]
     """(container attribute, iterated by ``.items()``) for ``self.blocks``, ``self.heads.values()``,
     ``self.heads.items()`` or a local name bound to such a container; (None, False) otherwise."""
     items = False
-    if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute) \
-            and node.func.attr in ("values", "items", "children"):
+    if (
+        isinstance(node, ast.Call)
+        and not node.args
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("values", "items", "children")
+    ):
         items = node.func.attr == "items"
         node = node.func.value
     target = called_target(node, self_name, names)

@@ -74,7 +74,7 @@ class HookRegistration:
             return {}
         if len(names) < len(roles) or function.args.vararg is not None:
             return {}
-        mapped = dict(zip(roles, names[len(names) - len(roles):]))
+        mapped = dict(zip(roles, names[len(names) - len(roles) :]))
         mapped.pop("kwargs", None)
         return mapped
 
@@ -154,7 +154,9 @@ def _resolve(
         yield from functions.get(expr.attr, [])
     elif isinstance(expr, ast.Call):
         callee = expr.func
-        callee_name = callee.attr if isinstance(callee, ast.Attribute) else callee.id if isinstance(callee, ast.Name) else ""
+        callee_name = (
+            callee.attr if isinstance(callee, ast.Attribute) else callee.id if isinstance(callee, ast.Name) else ""
+        )
         if callee_name == "partial" and expr.args:
             yield from _resolve(expr.args[0], functions, depth + 1)
             return
@@ -163,9 +165,7 @@ def _resolve(
                 if isinstance(returned, ast.Lambda):
                     yield returned
                 elif isinstance(returned, ast.Name):
-                    yield from (
-                        f for f in _nested_functions(factory) if f.name == returned.id
-                    )
+                    yield from (f for f in _nested_functions(factory) if f.name == returned.id)
                 elif isinstance(returned, ast.Call):
                     yield from _resolve(returned, functions, depth + 1)
 
@@ -176,7 +176,9 @@ def _returned_values(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterat
             yield node.value
 
 
-def _nested_functions(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+def _nested_functions(
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
     for node in ast.walk(function):
         if node is not function and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node

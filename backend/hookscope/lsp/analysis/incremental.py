@@ -78,7 +78,7 @@ def reparse_changed(previous: ParsedSource, source: str) -> ParsedSource | None:
         whole = _parse_whole_if_string_runs_on(snippet, source, new_lines)
         if whole is not None:
             return whole
-    kept_after = body[last + 1:] if last is not None else []
+    kept_after = body[last + 1 :] if last is not None else []
     tree = ast.Module(body=body[:first] + region.tree.body + kept_after, type_ignores=[])
     return ParsedSource(tree, new_lines, region.repaired_lines)
 

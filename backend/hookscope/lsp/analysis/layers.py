@@ -157,7 +157,9 @@ class LayerFinder:
                 continue
             call, whole = self._constructor_of(value)
             if call is not None:
-                self._add(None, "", target.id, call, "variable", self.positions.span(target), top_level=False, whole=whole)
+                self._add(
+                    None, "", target.id, call, "variable", self.positions.span(target), top_level=False, whole=whole
+                )
 
     def _add(
         self,
@@ -194,7 +196,9 @@ class LayerFinder:
             owner.layers.setdefault(path, definition)
         if not user_defined and cls in CONTAINERS:
             for entry_path, entry_display, entry_kind, entry in self._container_entries(cls, call, path, display):
-                self._add(owner, entry_path, entry_display, entry, entry_kind, self._class_name_span(entry), top_level=False)
+                self._add(
+                    owner, entry_path, entry_display, entry, entry_kind, self._class_name_span(entry), top_level=False
+                )
 
     def _class_name_span(self, call: ast.Call) -> Span:
         func = call.func
@@ -372,9 +376,7 @@ def _attribute_name_span(expr_span: Span, attr: str) -> Span:
 
 
 def _has_true_keyword(call: ast.Call, keyword: str) -> bool:
-    return any(
-        k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords
-    )
+    return any(k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords)
 
 
 def _is_ordered_dict(node: ast.expr) -> bool:

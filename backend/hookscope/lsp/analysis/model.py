@@ -8,9 +8,7 @@ from typing import Literal
 
 from .source import Span
 
-DefinitionKind = Literal[
-    "attribute", "add_module", "sequential-entry", "list-entry", "dict-entry", "variable"
-]
+DefinitionKind = Literal["attribute", "add_module", "sequential-entry", "list-entry", "dict-entry", "variable"]
 
 
 @dataclass(frozen=True, slots=True)

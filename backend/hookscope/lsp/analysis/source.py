@@ -83,10 +83,10 @@ class Positions:
         """The source text of a node."""
         span = self.span(node)
         if span.start_line == span.end_line:
-            return self.lines[span.start_line][span.start_col:span.end_col]
-        parts = [self.lines[span.start_line][span.start_col:]]
-        parts.extend(self.lines[span.start_line + 1:span.end_line])
-        parts.append(self.lines[span.end_line][:span.end_col])
+            return self.lines[span.start_line][span.start_col : span.end_col]
+        parts = [self.lines[span.start_line][span.start_col :]]
+        parts.extend(self.lines[span.start_line + 1 : span.end_line])
+        parts.append(self.lines[span.end_line][: span.end_col])
         return "\n".join(parts)
 
 
@@ -118,8 +118,15 @@ def split_lines(source: str) -> list[str]:
     return lines
 
 
-NEUTRAL_HEADERS = {"elif": "elif True:", "else": "else:", "try": "try:", "except": "except Exception:",
-                   "finally": "finally:", "match": "match 0:", "case": "case _:"}
+NEUTRAL_HEADERS = {
+    "elif": "elif True:",
+    "else": "else:",
+    "try": "try:",
+    "except": "except Exception:",
+    "finally": "finally:",
+    "match": "match 0:",
+    "case": "case _:",
+}
 """A header that cannot be repaired keeps its place in the statement it belongs to;
 the others (``def``, ``class``, ``if``, ``for``, ``while``, ``with``) become ``if True:``."""
 

@@ -9,14 +9,28 @@ from ..analysis import DocumentAnalysis
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
-PER_STEP_FUNCTION_NAMES = frozenset({
-    "forward", "__call__", "step", "train_step", "training_step", "validation_step",
-    "test_step", "predict_step", "eval_step", "train_one_epoch", "train_epoch", "run_epoch",
-})
+PER_STEP_FUNCTION_NAMES = frozenset(
+    {
+        "forward",
+        "__call__",
+        "step",
+        "train_step",
+        "training_step",
+        "validation_step",
+        "test_step",
+        "predict_step",
+        "eval_step",
+        "train_one_epoch",
+        "train_epoch",
+        "run_epoch",
+    }
+)
 """Functions that run once per training step (or more often) by convention."""
 
 
-def enclosing_function(analysis: DocumentAnalysis, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | None:
+def enclosing_function(
+    analysis: DocumentAnalysis, node: ast.AST
+) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | None:
     for ancestor in analysis.ancestors(node):
         if isinstance(ancestor, FUNCTIONS):
             return ancestor

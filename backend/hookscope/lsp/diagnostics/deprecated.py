@@ -29,7 +29,8 @@ def deprecated_backward_hooks(analysis: DocumentAnalysis, registrations: list[Ho
             continue
         span = _method_name_span(analysis, registration.call.func, registration.method)
         yield Finding(
-            "HS002", span,
+            "HS002",
+            span,
             f"{registration.method}() is deprecated: it only sees the last operation inside the "
             "module's forward, so grad_input is wrong for modules built from several operations or "
             f"with several inputs. Use {replacement}(), which takes the same hook.",

@@ -44,18 +44,42 @@ class Rule:
 RULES: dict[str, Rule] = {
     rule.code: rule
     for rule in (
-        Rule("HS001", "discarded-hook-handle", Severity.WARNING,
-             "The handle returned by register_*hook is thrown away; the hook can never be removed."),
-        Rule("HS002", "deprecated-backward-hook", Severity.WARNING,
-             "register_backward_hook is deprecated and reports wrong gradients for some modules."),
-        Rule("HS003", "hook-keeps-graph", Severity.WARNING,
-             "A hook stores a tensor without .detach(), keeping the autograd graph alive."),
-        Rule("HS004", "hook-modifies-argument", Severity.WARNING,
-             "A hook changes its argument instead of returning a new value."),
-        Rule("HS005", "full-backward-hook-inplace", Severity.WARNING,
-             "register_full_backward_hook on a module whose output or input is modified in place."),
-        Rule("HS006", "hook-on-all-modules", Severity.INFORMATION,
-             "Hooks registered over model.modules() include the model itself and containers."),
+        Rule(
+            "HS001",
+            "discarded-hook-handle",
+            Severity.WARNING,
+            "The handle returned by register_*hook is thrown away; the hook can never be removed.",
+        ),
+        Rule(
+            "HS002",
+            "deprecated-backward-hook",
+            Severity.WARNING,
+            "register_backward_hook is deprecated and reports wrong gradients for some modules.",
+        ),
+        Rule(
+            "HS003",
+            "hook-keeps-graph",
+            Severity.WARNING,
+            "A hook stores a tensor without .detach(), keeping the autograd graph alive.",
+        ),
+        Rule(
+            "HS004",
+            "hook-modifies-argument",
+            Severity.WARNING,
+            "A hook changes its argument instead of returning a new value.",
+        ),
+        Rule(
+            "HS005",
+            "full-backward-hook-inplace",
+            Severity.WARNING,
+            "register_full_backward_hook on a module whose output or input is modified in place.",
+        ),
+        Rule(
+            "HS006",
+            "hook-on-all-modules",
+            Severity.INFORMATION,
+            "Hooks registered over model.modules() include the model itself and containers.",
+        ),
     )
 }
 

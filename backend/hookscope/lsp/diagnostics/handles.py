@@ -39,7 +39,8 @@ def discarded_handles(
         function = enclosing_function(analysis, registration.call)
         if loop is not None:
             yield Finding(
-                "HS001", span,
+                "HS001",
+                span,
                 f"The handle returned by {method}() is discarded inside a loop: every iteration adds a "
                 "hook that can never be removed, and each one keeps running on every call. "
                 "Collect the handles (handles.append(...)) and call handle.remove() on each when done.",
@@ -48,7 +49,8 @@ def discarded_handles(
         elif is_per_step(function, called_in_loops):
             name = getattr(function, "name", "?")
             yield Finding(
-                "HS001", span,
+                "HS001",
+                span,
                 f"The handle returned by {method}() is discarded in {name}(), which runs every step: "
                 "a new, unremovable hook is added each time and they pile up. Register the hook once, "
                 "outside the step, and keep the handle to remove it.",
@@ -56,7 +58,8 @@ def discarded_handles(
             )
         else:
             yield Finding(
-                "HS001", span,
+                "HS001",
+                span,
                 f"The handle returned by {method}() is discarded, so this hook can never be removed: it "
                 "stays on the module for the rest of the program. Keep it (handle = ...) and call "
                 "handle.remove() when you are done.",
@@ -94,8 +97,11 @@ def _keep_handle_fix(analysis: DocumentAnalysis, registration: HookRegistration,
         name, suffix = f"{base}{suffix}", suffix + 1
     start = analysis.positions.span(statement)
     insertion = Span(start.start_line, start.start_col, start.start_line, start.start_col)
-    return Fix(f"Keep the handle in '{name}' (to call {name}.remove() later)",
-               (TextEdit(insertion, f"{name} = "),), preferred=False)
+    return Fix(
+        f"Keep the handle in '{name}' (to call {name}.remove() later)",
+        (TextEdit(insertion, f"{name} = "),),
+        preferred=False,
+    )
 
 
 def _result_discarded(analysis: DocumentAnalysis, call: ast.Call) -> bool:
@@ -162,7 +168,8 @@ def hooks_on_all_modules(analysis: DocumentAnalysis, registrations: list[HookReg
         reported.add(id(loop))
         method = _iterator_method(iterable)
         yield Finding(
-            "HS006", analysis.positions.span(iterable),
+            "HS006",
+            analysis.positions.span(iterable),
             f"{method}() also yields the model itself and every container (Sequential, ModuleList, "
             f"your own blocks), so {registration.method}() fires for them too, with their whole "
             "input and output. If you meant the layers, hook only modules without children.",
@@ -211,8 +218,7 @@ def _leaf_only_fix(analysis: DocumentAnalysis, target: ast.expr, iterable: ast.e
         return None
     loop_target = element if isinstance(target, ast.Name) else element_target
     replacement = (
-        f"({element} for {loop_target} in {positions.text(iterable)} "
-        f"if next({module_name}.children(), None) is None)"
+        f"({element} for {loop_target} in {positions.text(iterable)} if next({module_name}.children(), None) is None)"
     )
     return Fix(
         "Hook only leaf modules (skip the model and containers)",

@@ -26,11 +26,38 @@ from .finding import Finding, Fix, TextEdit
 STORE_METHODS = {"append": -1, "add": -1, "appendleft": -1, "insert": -1, "put": 0, "put_nowait": 0, "setdefault": -1}
 """Container methods that keep a value, and which positional argument is kept."""
 
-GRAPH_KEEPING_METHODS = frozenset({
-    "clone", "cpu", "cuda", "to", "float", "double", "half", "bfloat16", "contiguous", "view",
-    "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose", "t", "mean", "sum",
-    "abs", "norm", "softmax", "relu", "sigmoid", "tanh", "view_as", "expand", "narrow",
-})
+GRAPH_KEEPING_METHODS = frozenset(
+    {
+        "clone",
+        "cpu",
+        "cuda",
+        "to",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "contiguous",
+        "view",
+        "reshape",
+        "flatten",
+        "squeeze",
+        "unsqueeze",
+        "permute",
+        "transpose",
+        "t",
+        "mean",
+        "sum",
+        "abs",
+        "norm",
+        "softmax",
+        "relu",
+        "sigmoid",
+        "tanh",
+        "view_as",
+        "expand",
+        "narrow",
+    }
+)
 """Tensor methods whose result is still attached to the autograd graph."""
 
 STORED_ROLES = ("input", "output")
@@ -93,10 +120,12 @@ def _stored_without_detach(
                     )
                 advice = (
                     f"store {analysis.positions.text(anchor)}.detach()"
-                    if fix else f"store tuple(t.detach() for t in {name})"
+                    if fix
+                    else f"store tuple(t.detach() for t in {name})"
                 )
                 yield Finding(
-                    "HS003", analysis.positions.span(element),
+                    "HS003",
+                    analysis.positions.span(element),
                     f"This {method.removeprefix('register_').removesuffix('_hook').replace('_', ' ')} hook "
                     f"keeps '{name}' without .detach(): the stored tensor holds the whole autograd graph "
                     f"of the step, so memory grows with every call until the container is cleared. "
@@ -208,7 +237,7 @@ def _rebound_not_returned(
                 last_store = index
         if last_store is None:
             continue
-        later = statements[last_store + 1:]
+        later = statements[last_store + 1 :]
         store = statements[last_store]
         if any(_loads(s, name) for s in later) or _is_inside_branch_or_loop(analysis, store, function):
             continue
@@ -217,7 +246,8 @@ def _rebound_not_returned(
         if role == returned_role:
             fix = _return_fix(analysis, function, name)
             yield Finding(
-                "HS004", span,
+                "HS004",
+                span,
                 f"'{name} = ...' only rebinds the hook's local name: without 'return {name}' the new "
                 f"value is thrown away and the {_what(role)} stays unchanged. A hook replaces "
                 f"{_what(role)} only by returning the new value.",
@@ -225,7 +255,8 @@ def _rebound_not_returned(
             )
         else:
             yield Finding(
-                "HS004", span,
+                "HS004",
+                span,
                 f"'{name} = ...' only rebinds the hook's local name and has no effect; in a "
                 f"{method}() hook only {_what(returned_role)} can be replaced, by returning it.",
             )
@@ -252,14 +283,19 @@ def _modified_in_place(
             continue
         role = forbidden[name]
         if kind == "forward":
-            why = ("forward has already run when a forward hook is called, so changing its input in "
-                   "place does not change the output, and it corrupts the tensor for anyone else using it.")
+            why = (
+                "forward has already run when a forward hook is called, so changing its input in "
+                "place does not change the output, and it corrupts the tensor for anyone else using it."
+            )
         else:
-            why = ("PyTorch requires backward hooks not to modify their arguments: the change can be "
-                   "ignored or corrupt gradients shared with other hooks and layers.")
+            why = (
+                "PyTorch requires backward hooks not to modify their arguments: the change can be "
+                "ignored or corrupt gradients shared with other hooks and layers."
+            )
         returned = RETURNED_ROLE[kind]
         yield Finding(
-            "HS004", analysis.positions.span(node),
+            "HS004",
+            analysis.positions.span(node),
             f"This hook modifies '{name}' ({_what(role)}) in place; {why} "
             f"Return a new {_what(returned)} instead (e.g. 'return ...').",
         )

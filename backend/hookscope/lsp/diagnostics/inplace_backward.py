@@ -67,8 +67,14 @@ class InPlaceChecker:
 
     def _first_entry(self, layer: LayerDefinition) -> LayerDefinition | None:
         prefix = f"{layer.path}.0" if layer.path else "0"
-        return next((d for d in self.analysis.layers if d.owner == layer.owner and d.path == prefix
-                     and d.call_span.start_line >= layer.call_span.start_line), None)
+        return next(
+            (
+                d
+                for d in self.analysis.layers
+                if d.owner == layer.owner and d.path == prefix and d.call_span.start_line >= layer.call_span.start_line
+            ),
+            None,
+        )
 
     def forward_modifies_input(self, module_class: ModuleClass) -> InPlaceUse | None:
         forward = module_class.method("forward")
@@ -77,7 +83,9 @@ class InPlaceChecker:
         params = [a.arg for a in forward.args.posonlyargs + forward.args.args][1:]
         live = set(params)
         for statement in forward.body:
-            use = self.first_inplace_use(statement, lambda e: isinstance(e, ast.Name) and e.id in live, module_class)
+            use = self.first_inplace_use(
+                statement, lambda e, live=live: isinstance(e, ast.Name) and e.id in live, module_class
+            )
             if use is not None:
                 return use
             live -= _assigned_names(statement)
@@ -96,7 +104,9 @@ class InPlaceChecker:
                 return use
         return None
 
-    def _inplace_use(self, node: ast.AST, is_value: Callable[[ast.expr], bool], owner: ModuleClass | None) -> InPlaceUse | None:
+    def _inplace_use(
+        self, node: ast.AST, is_value: Callable[[ast.expr], bool], owner: ModuleClass | None
+    ) -> InPlaceUse | None:
         names = self.analysis.names
         text = self.analysis.positions.text
         if isinstance(node, ast.AugAssign) and is_value(_strip_subscripts(node.target)):
@@ -114,7 +124,11 @@ class InPlaceChecker:
         if not node.args or not is_value(node.args[0]):
             return None
         inplace_keyword = next(
-            (k for k in node.keywords if k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True),
+            (
+                k
+                for k in node.keywords
+                if k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
+            ),
             None,
         )
         if inplace_keyword is not None:
@@ -122,7 +136,12 @@ class InPlaceChecker:
         for function in (names.torch_function(func), names.functional_function(func)):
             if function and function.endswith("_") and not function.startswith("_"):
                 return InPlaceUse(node, f"{text(func)}() at line {node.lineno}")
-        if owner is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        if (
+            owner is not None
+            and isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
             layer = _class_layers(self.analysis, owner).get(func.attr)
             if layer is not None:
                 use = self.layer_modifies_input(layer)
@@ -155,8 +174,14 @@ class InPlaceChecker:
         if not index.isdigit():
             return None
         sibling = f"{parent_path}.{int(index) + 1}" if parent_path else str(int(index) + 1)
-        return next((d for d in self.analysis.layers if d.owner == layer.owner and d.path == sibling
-                     and d.kind == "sequential-entry"), None)
+        return next(
+            (
+                d
+                for d in self.analysis.layers
+                if d.owner == layer.owner and d.path == sibling and d.kind == "sequential-entry"
+            ),
+            None,
+        )
 
     def _use_after_call(self, call: ast.Call, owner: ModuleClass) -> InPlaceUse | None:
         parent = self.analysis.parent(call)
@@ -173,7 +198,7 @@ class InPlaceChecker:
             block = _containing_block(self.analysis, parent)
             if block is None:
                 return None
-            following = block[block.index(parent) + 1:]
+            following = block[block.index(parent) + 1 :]
             for statement in following:
                 use = self.first_inplace_use(statement, lambda e: isinstance(e, ast.Name) and e.id == name, owner)
                 if use is not None:
@@ -200,7 +225,8 @@ def full_backward_inplace(analysis: DocumentAnalysis, registrations: list[HookRe
             value_span = analysis.positions.span(use.keyword.value)
             fix = Fix(f"Use inplace=False (line {use.keyword.value.lineno})", (TextEdit(value_span, "False"),))
         yield Finding(
-            "HS005", name_span,
+            "HS005",
+            name_span,
             f"{registration.method}() on {target}: {where} {use.description}. A full backward hook wraps "
             "the module's inputs and outputs in views, and modifying them in place makes autograd raise "
             "'Output 0 of BackwardHookFunctionBackward is a view and is being modified inplace'. "
@@ -218,7 +244,11 @@ def _problem_for_receiver(
     # for m in model.modules(): m.register_full_backward_hook(...)
     if isinstance(receiver, ast.Name):
         iterable = _loop_iterable(analysis, receiver)
-        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) and iterable.func.attr in MODULE_ITERATORS:
+        if (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Attribute)
+            and iterable.func.attr in MODULE_ITERATORS
+        ):
             root = _resolve_module(analysis, iterable.func.value, registration.call)
             layers = _layers_under(analysis, root) if root is not None else []
             for layer in layers:
@@ -300,8 +330,16 @@ def _as_class(analysis: DocumentAnalysis, layer: LayerDefinition | ModuleClass |
 
 def _child(analysis: DocumentAnalysis, layer: LayerDefinition, key: str) -> LayerDefinition | None:
     path = f"{layer.path}.{key}" if layer.path else key
-    return next((d for d in analysis.layers if d.owner == layer.owner and d.path == path
-                 and layer.call_span.start_line <= d.call_span.start_line <= layer.call_span.end_line), None)
+    return next(
+        (
+            d
+            for d in analysis.layers
+            if d.owner == layer.owner
+            and d.path == path
+            and layer.call_span.start_line <= d.call_span.start_line <= layer.call_span.end_line
+        ),
+        None,
+    )
 
 
 def _layers_under(analysis: DocumentAnalysis, root: ModuleClass | LayerDefinition) -> list[LayerDefinition]:
@@ -320,8 +358,11 @@ def _layers_under(analysis: DocumentAnalysis, root: ModuleClass | LayerDefinitio
             pending.extend(c for d in owned if (c := _as_class(analysis, d)) is not None)
         else:
             span = item.call_span
-            inside = [d for d in analysis.layers if d.owner == item.owner and span.start_line <= d.call_span.start_line
-                      <= span.end_line]
+            inside = [
+                d
+                for d in analysis.layers
+                if d.owner == item.owner and span.start_line <= d.call_span.start_line <= span.end_line
+            ]
             result.extend(inside)
             pending.extend(c for d in inside if (c := _as_class(analysis, d)) is not None)
     return result

@@ -90,7 +90,7 @@ class HookscopeTensorStr(StrPresentationProvider):
                 return tr.module_line(val)
             return tr.tensor_line(val)
         except Exception:
-            return "<%s>" % (type(val).__name__,)
+            return f"<{type(val).__name__}>"
 
     def _container_str(self, val):
         """The container's line when it holds tensors; None (debugpy's own text) otherwise."""
@@ -110,7 +110,7 @@ class HookscopeTensorResolver(TypeResolveProvider):
         try:
             return _repr_module().tensor_children(obj)
         except Exception as exc:
-            return [("error", "<%s>" % (type(exc).__name__,), None)]
+            return [("error", f"<{type(exc).__name__}>", None)]
 
     def get_contents_debug_adapter_protocol(self, obj, fmt=None):
         return self._children(obj)
