@@ -30,7 +30,7 @@ from cnn import SmallCNN, make_batch  # noqa: E402
 import hookscope  # noqa: E402
 from hookscope.hooks.summary_budget import DEFAULT_SHARE  # noqa: E402
 from hookscope.link import codec  # noqa: E402
-from hookscope.link.protocol import MAX_RATE_HZ  # noqa: E402
+from hookscope.link.bounds import MAX_RATE_HZ  # noqa: E402
 from hookscope.terminal.editor_link import EditorLink, RequestError  # noqa: E402
 
 PANEL_TARGET_MS = 150.0

@@ -257,10 +257,10 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
         : await pickModule('Add an intervention on which layer?');
       if (!node || !node.model || !node.layer) return;
       const kind = await vscode.window.showQuickPick([
-        { label: 'Zero channels', description: 'set chosen output channels (or heads) to 0', value: 'zero_channels' },
-        { label: 'Scale output', description: 'multiply the output by a factor', value: 'scale' },
-        { label: 'Mean-ablate', description: 'replace the output by its mean', value: 'mean_ablate' },
-        { label: 'Input noise', description: 'add Gaussian noise of a given std to the inputs', value: 'input_noise' },
+        { label: 'Zero channels', description: 'set chosen output channels (or heads) to 0', value: 'zero_channels' as const },
+        { label: 'Scale output', description: 'multiply the output by a factor', value: 'scale' as const },
+        { label: 'Mean-ablate', description: 'replace the output by its mean', value: 'mean_ablate' as const },
+        { label: 'Input noise', description: 'add Gaussian noise of a given std to the inputs', value: 'input_noise' as const },
       ], { title: `Intervention on ${node.layer}` });
       if (!kind) return;
       let channels: number[] | undefined;

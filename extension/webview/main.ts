@@ -9,6 +9,7 @@
 
 import './styles.css';
 import { STEP_TOOLTIP, type FromWebview, type PanelFigure, type PanelView, type ToWebview, type VisualKind } from '../src/protocol/webview';
+import type { InterventionKind } from '../src/protocol/messages.gen';
 import { parseChannels } from './format';
 import { Figures, type ShownImage } from './figures';
 import {
@@ -186,7 +187,7 @@ function buildInterventionSection(): HTMLElement {
   syncFields();
   add.addEventListener('click', () => {
     error.textContent = '';
-    const message: FromWebview & { type: 'addIntervention' } = { type: 'addIntervention', kind: kind.value };
+    const message: FromWebview & { type: 'addIntervention' } = { type: 'addIntervention', kind: kind.value as InterventionKind }; // the select's options are INTERVENTIONS
     if (kind.value === 'zero_channels') {
       const parsed = parseChannels(channels.value);
       if (!parsed) {

@@ -9,7 +9,7 @@ import {
   frameMessage,
   validate,
 } from '../../extension/src/protocol/codec';
-import { MAX_DEPTH, MAX_FRAME_BYTES } from '../../extension/src/protocol/messages.gen';
+import { MAX_DEPTH, MAX_FRAME_BYTES, MESSAGE_SPECS } from '../../extension/src/protocol/messages.gen';
 import { proof, proofMatches } from '../../extension/src/protocol/handshake';
 
 const vectorsDir = join(__dirname, '..', 'vectors');
@@ -48,6 +48,10 @@ describe('codec: shared valid vectors', () => {
       assert.deepEqual(decodeFrame(vector.hex), fromJson(vector.message));
     });
   }
+  it('covers every message type of MESSAGE_SPECS', () => {
+    const types = new Set(valid.map((v) => (decodeFrame(v.hex) as { type: string }).type));
+    assert.deepEqual([...types].sort(), Object.keys(MESSAGE_SPECS).sort());
+  });
   it('keeps a bin value as bytes', () => {
     const render = valid.find((v) => v.name === 'renderReply')!;
     const msg = decodeFrame(render.hex) as { body: { png: Uint8Array } };

@@ -8,7 +8,7 @@ import { Emitter } from '../../extension/src/common/events';
 import { nullTracer, type Logger } from '../../extension/src/common/logger';
 
 const quietLogger: Logger = { debug() {}, info() {}, warn() {}, error() {} };
-import type { HitMessage, TensorSummary } from '../../extension/src/protocol/messages.gen';
+import type { HitMessage, Phase, TensorSummary } from '../../extension/src/protocol/messages.gen';
 import type { PanelView } from '../../extension/src/protocol/webview';
 import { PanelController } from '../../extension/src/views/panelController';
 import { initialPanelState, panelReducer, panelView, type PanelAction, type PanelState } from '../../extension/src/views/panelState';
@@ -18,7 +18,7 @@ import { COLUMNS, foldedParts, rowTooltip } from '../../extension/webview/table'
 
 const run = (actions: PanelAction[], state: PanelState = initialPanelState()): PanelState => actions.reduce(panelReducer, state);
 
-const hit = (layer: string, phase: string, step: number): HitMessage => ({
+const hit = (layer: string, phase: Phase, step: number): HitMessage => ({
   type: 'hit', breakpoint: 'bp', model: 'm', layer, phase, reason: `Layer breakpoint: ${layer} (${phase})`, step, summaries: [], pausing: true,
 });
 

@@ -74,3 +74,64 @@ def test_every_request_has_reply_fields_documented():
 def test_bool_is_not_an_int():
     with pytest.raises(ProtocolError):
         protocol.validate({"type": "reply", "re": True})
+
+
+def test_vectors_cover_every_message_type():
+    """Both suites run the vectors: every type needs a valid one, and an invalid one where it can be wrong."""
+    decoded = [
+        codec.FrameReader().feed(bytes.fromhex(v["hex"]))[0]
+        for v in json.loads((VECTORS / "valid.json").read_text(encoding="utf-8"))
+    ]
+    assert {m["type"] for m in decoded} == set(protocol.MESSAGES_BY_TYPE)
+    names = [v["name"] for v in json.loads((VECTORS / "invalid.json").read_text(encoding="utf-8"))]
+    for m in protocol.MESSAGES:
+        if m.kind == "request" or any(not f.optional for f in m.fields):
+            assert any(n.startswith(f"{m.type} without ") for n in names), f"no invalid vector for {m.type}"
+
+
+def test_nested_fields_are_checked_and_named():
+    summary = {
+        "path": "output",
+        "shape": [2],
+        "dtype": "float32",
+        "device": "cpu",
+        "numel": 2,
+        "nan": 0,
+        "posinf": 0,
+        "neginf": 0,
+    }
+    event = {"type": "summaries", "model": "m", "layer": "fc", "phase": "forward", "step": 0, "tensors": [summary]}
+    protocol.validate(event)
+    with pytest.raises(ProtocolError, match=r"'tensors'\[0\]\.nan must be int, got str"):
+        protocol.validate({**event, "tensors": [{**summary, "nan": "0"}]})
+    with pytest.raises(ProtocolError, match=r"'tensors'\[0\]: missing field 'numel'"):
+        protocol.validate({**event, "tensors": [{k: v for k, v in summary.items() if k != "numel"}]})
+    with pytest.raises(ProtocolError, match=r"'shapes'\['fc'\]\[1\] must be int"):
+        protocol.validate({"type": "shapes", "model": "m", "shapes": {"fc": [2, "x"]}})
+
+
+def test_replies_are_checked_against_their_request():
+    assert protocol.validate_reply("watch", {"layers": ["fc"]}) == {"layers": ["fc"]}
+    with pytest.raises(ProtocolError, match=r"reply to watch: field 'layers'\[0\] must be str, got int"):
+        protocol.validate_reply("watch", {"layers": [3]})
+    with pytest.raises(ProtocolError, match=r"reply to setBreakpoints: field 'resolved'\[0\]: missing field 'layers'"):
+        protocol.validate_reply("setBreakpoints", {"resolved": [{"id": "bp"}]})
+    with pytest.raises(ProtocolError, match="the body must be a map"):
+        protocol.validate_reply("ping", [1])
+
+
+def test_every_field_of_names_a_known_shape():
+    """``of`` is the one place nested shapes are declared: each name must exist (the TS side is generated)."""
+    known = set(protocol.STRUCTS_BY_NAME) | set(protocol.ENUMS) | {"str", "int", "float", "bool", "bin"}
+    for owner, fields in [(m.type, m.fields + m.reply) for m in protocol.MESSAGES] + [
+        (s.name, s.fields) for s in protocol.STRUCTS
+    ]:
+        for f in fields:
+            if f.of is not None:
+                assert f.of.removesuffix("[]") in known, f"{owner}.{f.name}: unknown of={f.of!r}"
+
+
+def test_views_match_render_options():
+    from hookscope.link.bounds import RENDER_OPTIONS
+
+    assert set(RENDER_OPTIONS) == set(protocol.VIEWS)

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
 from hookscope.link import codec, handshake  # noqa: E402
-from hookscope.link.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION  # noqa: E402
+from hookscope.link.protocol import MAX_FRAME_BYTES, MESSAGES_BY_TYPE, PROTOCOL_VERSION  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -111,6 +111,68 @@ VALID = {
         "body": {"png": {"$bin": "89504e470d0a1a0a"}, "width": 8, "height": 4, "meta": {"channels": 64}},
     },
     "unicode": {"type": "notice", "level": "info", "message": "μ=0.12 σ=0.98 ✓"},
+    # One more of every message type, so both codecs and both validators see each of them.
+    "modelRemoved": {"type": "modelRemoved", "id": "m1"},
+    "summaries": {
+        "type": "summaries",
+        "model": "m1",
+        "layer": "fc1",
+        "phase": "forward",
+        "step": 0,
+        "tensors": [
+            {
+                "path": "output",
+                "shape": [2, 4],
+                "dtype": "float32",
+                "device": "cpu",
+                "numel": 8,
+                "nan": 0,
+                "posinf": 0,
+                "neginf": 0,
+                "note": "sparse",
+            }
+        ],
+    },
+    "shapes": {"type": "shapes", "model": "m1", "shapes": {"fc1": [2, 4], "": [2, 10]}},
+    "resumed": {"type": "resumed", "breakpoint": "bp1", "layer": "fc1"},
+    "stats": {"type": "stats", "dropped": 3, "queued": 1, "shed": 0},
+    "heartbeat": {"type": "heartbeat", "id": 1},
+    "ping": {"type": "ping", "id": 2},
+    "setBreakOnNonFinite": {"type": "setBreakOnNonFinite", "id": 3, "enabled": True},
+    "setBreakOnGradients": {"type": "setBreakOnGradients", "id": 4, "exploding": 1234.5, "vanishing": 1e-7},
+    "setCompiledEager": {"type": "setCompiledEager", "id": 5, "enabled": False},
+    "watch": {"type": "watch", "id": 6, "layers": ["fc1", "act"], "model": "m1", "rateHz": 4.5},
+    "getSummaries": {"type": "getSummaries", "id": 8, "layer": "fc1"},
+    "getParamGrads": {"type": "getParamGrads", "id": 10, "model": "m1"},
+    "listHooks": {"type": "listHooks", "id": 12},
+    "removeHooks": {"type": "removeHooks", "id": 13},
+    "render": {
+        "type": "render",
+        "id": 14,
+        "view": "featureMap",
+        "layer": "conv1",
+        "model": "m1",
+        "options": {"page": 1, "per_page": 16, "cmap": "viridis"},
+        "tensor": "grad_output[0]",
+    },
+    "addIntervention": {
+        "type": "addIntervention",
+        "id": 15,
+        "layer": "conv1",
+        "kind": "zero_channels",
+        "channels": [0, 3],
+    },
+    "removeIntervention": {"type": "removeIntervention", "id": 16, "intervention": "i1"},
+    "listInterventions": {"type": "listInterventions", "id": 17},
+    "inspectValue": {
+        "type": "inspectValue",
+        "id": 18,
+        "expression": "x[0]",
+        "options": {"view": "slice", "axes": [0, 1], "index": {"2": 5}},
+    },
+    "releaseInspected": {"type": "releaseInspected", "id": 19, "handles": ["h1"]},
+    "resolveLayers": {"type": "resolveLayers", "id": 20, "spec": {"file": "/w/cnn.py", "line": 14}},
+    "bye": {"type": "bye"},
 }
 
 
@@ -153,7 +215,49 @@ def invalid_frames() -> list[dict]:
         },
         {"name": "too deep", "hex": _framed(b"\x81\xa4type" + deep), "code": "badMessage"},
         {"name": "invalid utf-8", "hex": _framed(b"\x81\xa4type\xa2\xff\xfe"), "code": "badMessage"},
+        *_broken_messages(),
     ]
+
+
+def _broken_messages() -> list[dict]:
+    """For each message type of VALID: one copy missing what it cannot do without (a request's id, else
+    its first required field) and one with a required field of the wrong type. bye has neither."""
+    out = []
+    seen = set()
+    for msg in VALID.values():
+        definition = MESSAGES_BY_TYPE[msg["type"]]
+        if definition.type in seen:
+            continue
+        seen.add(definition.type)
+        required = [f for f in definition.fields if not f.optional]
+        if definition.kind == "request":
+            missing = "id"
+        elif required:
+            missing = required[0].name
+        else:
+            continue
+        without = {k: v for k, v in _to_python(msg).items() if k != missing}
+        out.append(
+            {
+                "name": f"{definition.type} without {missing}",
+                "hex": _framed(codec.encode(without)),
+                "code": "badMessage",
+            }
+        )
+        if required:
+            wrong = dict(_to_python(msg), **{required[0].name: _WRONG[required[0].type]})
+            out.append(
+                {
+                    "name": f"{definition.type} with {required[0].name} of the wrong type",
+                    "hex": _framed(codec.encode(wrong)),
+                    "code": "badMessage",
+                }
+            )
+    return out
+
+
+# A value of another type than each field type (bool is not an int, an int not a bool).
+_WRONG = {"str": 7, "int": "7", "float": "7.5", "bool": 1, "bin": "not bytes", "list": {"a": 1}, "map": [1]}
 
 
 def valid_vectors() -> list[dict]:

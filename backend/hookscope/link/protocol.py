@@ -14,9 +14,10 @@ reply instead of acting on it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from hookscope.link.bounds import BoundsError, check_bounds
 
 PROTOCOL_VERSION = 2
 """Bumped on any incompatible change; ``hello`` carries it and a mismatch closes the connection.
@@ -64,6 +65,9 @@ class Field:
     type: FieldType
     doc: str
     optional: bool = False
+    of: str | None = None
+    """What's inside: a list's element, a map's struct (or the type of its values), a string's enum.
+    A field type, a name of STRUCTS or ENUMS, or one of those with ``[]`` (a list of them)."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,8 @@ class Message:
     """Fields of the reply body (requests only)."""
 
 
-def _f(name: str, type_: FieldType, doc: str, optional: bool = False) -> Field:
-    return Field(name, type_, doc, optional)
+def _f(name: str, type_: FieldType, doc: str, optional: bool = False, of: str | None = None) -> Field:
+    return Field(name, type_, doc, optional, of)
 
 
 # Error codes carried in reply.error.code.
@@ -119,6 +123,21 @@ CONDITIONS = ("always", "nonfinite", "grad_norm_below", "grad_norm_above", "absm
 INTERVENTIONS = ("zero_channels", "scale", "mean_ablate", "input_noise")
 """Kinds of intervention (``addIntervention.kind``)."""
 
+VIEWS = ("featureMap", "attention", "gradCam", "gradientFlow", "histogram", "tensor")
+"""What ``render`` draws (``render.view``); RENDER_OPTIONS has the options of each."""
+
+NOTICE_LEVELS = ("info", "warning", "error")
+
+ENUMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "Phase": ("PHASES", PHASES),
+    "ConditionKind": ("CONDITIONS", CONDITIONS),
+    "InterventionKind": ("INTERVENTIONS", INTERVENTIONS),
+    "ErrorCode": ("ERROR_CODES", ERROR_CODES),
+    "View": ("VIEWS", VIEWS),
+    "NoticeLevel": ("NOTICE_LEVELS", NOTICE_LEVELS),
+}
+"""String enums by their TypeScript type name: (constant name, values); a field names one with ``of``."""
+
 
 MESSAGES: tuple[Message, ...] = (
     # ---- generic -------------------------------------------------------
@@ -130,7 +149,7 @@ MESSAGES: tuple[Message, ...] = (
         (
             _f("re", "int", "id of the request answered"),
             _f("body", "map", "the result, when it succeeded", True),
-            _f("error", "map", "{code, message} when it failed", True),
+            _f("error", "map", "why it failed", True, of="ErrorBody"),
         ),
     ),
     # ---- backend -> extension ------------------------------------------
@@ -177,7 +196,7 @@ MESSAGES: tuple[Message, ...] = (
             _f("python", "str", "Python version"),
             _f("torch", "str", "torch version"),
             _f("hookscope", "str", "hookscope package version"),
-            _f("argv", "list", "the debuggee's sys.argv"),
+            _f("argv", "list", "the debuggee's sys.argv", of="str"),
             _f("debugger", "bool", "whether debugpy is active in the process"),
         ),
     ),
@@ -186,7 +205,7 @@ MESSAGES: tuple[Message, ...] = (
         "event",
         "toExtension",
         "A model root was found; carries its whole named_modules() tree.",
-        (_f("model", "map", "ModelTree: {id, name, cls, params, modules: [ModuleInfo]}"),),
+        (_f("model", "map", "the model and its modules", of="ModelTree"),),
     ),
     Message(
         "modelRemoved", "event", "toExtension", "A model root was garbage-collected.", (_f("id", "str", "model id"),)
@@ -205,10 +224,10 @@ MESSAGES: tuple[Message, ...] = (
             ),
             _f("model", "str", "model id"),
             _f("layer", "str", "qualified module name"),
-            _f("phase", "str", "one of PHASES"),
+            _f("phase", "str", "one of PHASES", of="Phase"),
             _f("reason", "str", "human-readable reason shown as the stop reason"),
             _f("step", "int", STEP_MEANING),
-            _f("summaries", "list", "TensorSummary of inputs/outputs/gradients"),
+            _f("summaries", "list", "TensorSummary of inputs/outputs/gradients", of="TensorSummary"),
             _f("pausing", "bool", "whether the debugger will pause (false: no debugger attached)"),
             _f("origin", "str", "for nonfinite: 'born here' or 'came in through inputs'", True),
             _f(
@@ -237,9 +256,9 @@ MESSAGES: tuple[Message, ...] = (
         (
             _f("model", "str", "model id"),
             _f("layer", "str", "qualified module name"),
-            _f("phase", "str", "one of PHASES"),
+            _f("phase", "str", "one of PHASES", of="Phase"),
             _f("step", "int", STEP_MEANING),
-            _f("tensors", "list", "TensorSummary list"),
+            _f("tensors", "list", "TensorSummary list", of="TensorSummary"),
         ),
     ),
     Message(
@@ -249,7 +268,7 @@ MESSAGES: tuple[Message, ...] = (
         "Last output shape of each layer seen in a forward pass (sent once per model, then on change).",
         (
             _f("model", "str", "model id"),
-            _f("shapes", "map", "layer name -> shape list"),
+            _f("shapes", "map", "layer name -> shape list", of="int[]"),
         ),
     ),
     Message(
@@ -268,7 +287,7 @@ MESSAGES: tuple[Message, ...] = (
         "toExtension",
         "Something the user should know (a breakpoint matched nothing, a hook raised, compiled modules...).",
         (
-            _f("level", "str", "'info' | 'warning' | 'error'"),
+            _f("level", "str", "how much it matters", of="NoticeLevel"),
             _f("message", "str", "text for the user"),
             _f("code", "str", "machine-readable category", True),
         ),
@@ -308,8 +327,8 @@ MESSAGES: tuple[Message, ...] = (
         "request",
         "toBackend",
         "Replace the whole set of layer breakpoints.",
-        (_f("breakpoints", "list", "BreakpointSpec list"),),
-        (_f("resolved", "list", "[{id, layers: [qualified names], error?}]"),),
+        (_f("breakpoints", "list", "BreakpointSpec list", of="BreakpointSpec"),),
+        (_f("resolved", "list", "what each breakpoint matched", of="Resolution"),),
     ),
     Message(
         "resolveLayers",
@@ -319,7 +338,7 @@ MESSAGES: tuple[Message, ...] = (
         "answer to 'which layers does this line mean' (definition lines and call sites), also for "
         "names, globs and classes.",
         (_f("spec", "map", "a BreakpointSpec's layer / cls / file + line (id, phases and condition are ignored)"),),
-        (_f("layers", "list", "[{model, layer, cls}] in each model's named_modules() order"),),
+        (_f("layers", "list", "in each model's named_modules() order", of="ResolvedLayer"),),
     ),
     Message(
         "setBreakOnNonFinite",
@@ -360,11 +379,11 @@ MESSAGES: tuple[Message, ...] = (
         "toBackend",
         "Stream summaries of these layers (empty list: stop).",
         (
-            _f("layers", "list", "qualified names"),
+            _f("layers", "list", "qualified names", of="str"),
             _f("model", "str", "model id; default the first model", True),
             _f("rateHz", "float", "most updates per second per layer", True),
         ),
-        (_f("layers", "list", "names now watched"),),
+        (_f("layers", "list", "names now watched", of="str"),),
     ),
     Message(
         "getSummaries",
@@ -377,7 +396,12 @@ MESSAGES: tuple[Message, ...] = (
         ),
         (
             _f("layer", "str", "qualified module name"),
-            _f("tensors", "list", "TensorSummary list (inputs, outputs, gradients, parameter grads)"),
+            _f(
+                "tensors",
+                "list",
+                "TensorSummary list (inputs, outputs, gradients, parameter grads)",
+                of="TensorSummary",
+            ),
             _f("step", "int", "the step they were taken at; " + STEP_MEANING),
         ),
     ),
@@ -414,7 +438,7 @@ MESSAGES: tuple[Message, ...] = (
         "toBackend",
         "Render an image of a layer's tensors (feature map, attention, Grad-CAM, gradient flow, histogram).",
         (
-            _f("view", "str", "'featureMap' | 'attention' | 'gradCam' | 'gradientFlow' | 'histogram' | 'tensor'"),
+            _f("view", "str", "what to draw", of="View"),
             _f("layer", "str", "qualified module name", True),
             _f("model", "str", "model id", True),
             _f("options", "map", "view-specific options (channel page, batch item, colormap, target class...)", True),
@@ -446,9 +470,9 @@ MESSAGES: tuple[Message, ...] = (
         "Change a layer's activations without editing code.",
         (
             _f("layer", "str", "qualified module name"),
-            _f("kind", "str", "one of INTERVENTIONS"),
+            _f("kind", "str", "one of INTERVENTIONS", of="InterventionKind"),
             _f("model", "str", "model id", True),
-            _f("channels", "list", "channel (or head) indices for zero_channels", True),
+            _f("channels", "list", "channel (or head) indices for zero_channels", True, of="int"),
             _f("value", "float", "scale factor or noise std", True),
         ),
         (_f("id", "str", "intervention id"),),
@@ -470,7 +494,7 @@ MESSAGES: tuple[Message, ...] = (
         "toBackend",
         "Active interventions.",
         (),
-        (_f("interventions", "list", "[{id, layer, kind, channels?, value?}]"),),
+        (_f("interventions", "list", "the active interventions", of="InterventionInfo"),),
     ),
     Message(
         "inspectValue",
@@ -495,14 +519,14 @@ MESSAGES: tuple[Message, ...] = (
             ),
         ),
         (
-            _f("summary", "map", "TensorSummary"),
+            _f("summary", "map", "TensorSummary", of="TensorSummary"),
             _f("png", "bin", "an image of the selected 2-D slice", True),
             _f("path", "str", "where the tensor sits in the published value ('batch.image', 'out[0]')", True),
             _f("width", "int", "image pixels", True),
             _f("height", "int", "image pixels", True),
             _f("meta", "map", "what the image shows (range, axes, index, NaN/Inf counts, grid)", True),
             _f("values", "bin", "the displayed slice's values, float32 little-endian, row-major", True),
-            _f("valuesShape", "list", "[rows, cols] of 'values'", True),
+            _f("valuesShape", "list", "[rows, cols] of 'values'", True, of="int"),
             _f(
                 "valuesStep",
                 "list",
@@ -516,7 +540,7 @@ MESSAGES: tuple[Message, ...] = (
         "request",
         "toBackend",
         "Forget values published for inspectValue (the program resumed).",
-        (_f("handles", "list", "handles to drop; all when absent", True),),
+        (_f("handles", "list", "handles to drop; all when absent", True, of="str"),),
         (_f("released", "int", "how many were held"),),
     ),
     Message("bye", "event", "toBackend", "The editor is going away: remove all hooks and resume."),
@@ -555,7 +579,7 @@ STRUCTS: tuple[Struct, ...] = (
             _f("name", "str", "variable name or class name"),
             _f("cls", "str", "class name of the root"),
             _f("params", "int", "total parameters"),
-            _f("modules", "list", "ModuleInfo list, in named_modules() order"),
+            _f("modules", "list", "ModuleInfo list, in named_modules() order", of="ModuleInfo"),
         ),
     ),
     Struct(
@@ -563,7 +587,7 @@ STRUCTS: tuple[Struct, ...] = (
         "Statistics of one tensor, computed on its device.",
         (
             _f("path", "str", "where it sits: 'output', 'inputs[0]', 'grad_output[0]', 'weight.grad'..."),
-            _f("shape", "list", "sizes"),
+            _f("shape", "list", "sizes", of="int"),
             _f("dtype", "str", "e.g. 'float32'"),
             _f("device", "str", "e.g. 'cpu', 'cuda:0'"),
             _f("numel", "int", "number of elements"),
@@ -583,6 +607,54 @@ STRUCTS: tuple[Struct, ...] = (
         ),
     ),
     Struct(
+        "Condition",
+        "When a layer breakpoint pauses.",
+        (
+            _f("kind", "str", "one of CONDITIONS", of="ConditionKind"),
+            _f(
+                "threshold", "float", "the gradient norm / absmax limit of the grad_norm_* and absmax_above kinds", True
+            ),
+            _f("expression", "str", "a Python expression over the hook's locals (kind 'expression')", True),
+        ),
+    ),
+    Struct(
+        "Resolution",
+        "What one breakpoint of setBreakpoints matched in the process.",
+        (
+            _f("id", "str", "the breakpoint's id"),
+            _f("layers", "list", "qualified names of the layers it hooks", of="str"),
+            _f("error", "str", "why it matched nothing or was refused", True),
+        ),
+    ),
+    Struct(
+        "ResolvedLayer",
+        "One layer resolveLayers found.",
+        (
+            _f("model", "str", "model id"),
+            _f("layer", "str", "qualified module name"),
+            _f("cls", "str", "class name"),
+        ),
+    ),
+    Struct(
+        "InterventionInfo",
+        "An active intervention.",
+        (
+            _f("id", "str", "intervention id"),
+            _f("layer", "str", "qualified module name"),
+            _f("kind", "str", "one of INTERVENTIONS", of="InterventionKind"),
+            _f("channels", "list", "channel (or head) indices", True, of="int"),
+            _f("value", "float", "scale factor or noise std", True),
+        ),
+    ),
+    Struct(
+        "ErrorBody",
+        "Why a request failed (reply.error).",
+        (
+            _f("code", "str", "one of ERROR_CODES", of="ErrorCode"),
+            _f("message", "str", "text for the user"),
+        ),
+    ),
+    Struct(
         "BreakpointSpec",
         "A layer breakpoint as the editor sends it.",
         (
@@ -591,8 +663,8 @@ STRUCTS: tuple[Struct, ...] = (
             _f("cls", "str", "class name ('Conv2d')", True),
             _f("file", "str", "source file of a definition or call site", True),
             _f("line", "int", "1-based line in that file", True),
-            _f("phases", "list", "subset of PHASES"),
-            _f("condition", "map", "{kind: one of CONDITIONS, threshold?, expression?}", True),
+            _f("phases", "list", "subset of PHASES", of="Phase"),
+            _f("condition", "map", "when it pauses (absent: always)", True, of="Condition"),
             _f("hitCount", "int", "pause on the Nth hit only", True),
             _f("every", "int", "pause on every Nth hit", True),
             _f("enabled", "bool", "disabled breakpoints keep their place but install no hook", True),
@@ -602,6 +674,8 @@ STRUCTS: tuple[Struct, ...] = (
 )
 
 MESSAGES_BY_TYPE: dict[str, Message] = {m.type: m for m in MESSAGES}
+
+STRUCTS_BY_NAME: dict[str, Struct] = {s.name: s for s in STRUCTS}
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,),
@@ -630,6 +704,45 @@ def _check_type(value: Any, type_: FieldType) -> bool:
     return isinstance(value, _PY_TYPES[type_])
 
 
+def _type_name(value: Any) -> str:
+    return "nil" if value is None else type(value).__name__
+
+
+def _check_fields(where: str, msg: dict[str, Any], fields: tuple[Field, ...]) -> None:
+    """Each field present with its type, down to the leaves ``of`` names; errors name the field's path."""
+    for f in fields:
+        value = msg.get(f.name)
+        if value is None:
+            if f.optional:
+                continue
+            raise ProtocolError(ERR_BAD_MESSAGE, f"{where}: missing field {f.name!r} ({f.type})")
+        _check_value(f"{where}: field {f.name!r}" if ":" not in where else f"{where}.{f.name}", value, f.type, f.of)
+
+
+def _check_value(where: str, value: Any, type_: FieldType, of: str | None) -> None:
+    if not _check_type(value, type_):
+        raise ProtocolError(ERR_BAD_MESSAGE, f"{where} must be {type_}, got {_type_name(value)}")
+    if of is None or type_ == "str":  # enums are types for the TS side; their values are checked where used
+        return
+    if type_ == "map" and of in STRUCTS_BY_NAME:
+        _check_fields(where if ":" in where else f"{where}:", value, STRUCTS_BY_NAME[of].fields)
+        return
+    items = enumerate(value) if type_ == "list" else value.items()
+    for key, item in items:
+        _check_value(f"{where}[{key!r}]" if type_ == "map" else f"{where}[{key}]", item, *_leaf(of))
+
+
+def _leaf(of: str) -> tuple[FieldType, str | None]:
+    """The field type and ``of`` of one element named by ``of``: 'int', 'TensorSummary', 'str[]'."""
+    if of.endswith("[]"):
+        return "list", of[:-2]
+    if of in STRUCTS_BY_NAME:
+        return "map", of
+    if of in ENUMS:
+        return "str", of
+    return of, None  # type: ignore[return-value]
+
+
 def validate(msg: Any) -> Message:
     """Check a decoded message against ``MESSAGES``; return its definition or raise ProtocolError."""
     if not isinstance(msg, dict):
@@ -642,240 +755,21 @@ def validate(msg: Any) -> Message:
         raise ProtocolError(ERR_UNKNOWN_TYPE, f"unknown message type {mtype[:64]!r}")
     if definition.kind == "request" and not _check_type(msg.get("id"), "int"):
         raise ProtocolError(ERR_BAD_MESSAGE, f"request {mtype!r} needs an integer 'id'")
-    for f in definition.fields:
-        if f.name not in msg or msg[f.name] is None:
-            if f.optional:
-                continue
-            raise ProtocolError(ERR_BAD_MESSAGE, f"{mtype}: missing field {f.name!r} ({f.type})")
-        if not _check_type(msg[f.name], f.type):
-            raise ProtocolError(
-                ERR_BAD_MESSAGE, f"{mtype}: field {f.name!r} must be {f.type}, got {type(msg[f.name]).__name__}"
-            )
+    _check_fields(mtype, msg, definition.fields)
     if definition.kind == "request" and definition.direction == "toBackend":
-        check_bounds(msg)
+        try:
+            check_bounds(msg)
+        except BoundsError as err:
+            raise ProtocolError(ERR_BAD_MESSAGE, str(err)) from None
     return definition
 
 
-# ---------------------------------------------------------------------------
-# Bounds of the requests that size work (checked by ``validate``, so the engine's handlers only
-# ever see values inside them). Each error names the field, the value's problem and the limit.
-
-MAX_STRING = 4096
-"""Longest string anywhere in a request (layer names, globs, paths, expressions)."""
-MAX_LIST = 100_000
-"""Longest list anywhere in a request (a watch of every layer of a very large model)."""
-MAX_BREAKPOINTS = 10_000
-MAX_RATE_HZ = 1000.0
-"""Most summaries per second per watched layer the editor may ask for."""
-MAX_HISTOGRAM_BINS = 1024
-MAX_PER_PAGE = 256
-"""Channels in one feature-map page."""
-MAX_POSITION = 2**31 - 1
-"""Largest batch item, page, channel, head or index position."""
-MAX_AXES = 64
-"""Tensors have at most this many dimensions (torch's own limit is 64 too)."""
-MAX_TILE_PX = 64
-MAX_GAP_PX = 16
-MAX_LABELS = 4096
-"""Token labels of an attention map, per axis."""
-MAX_CHANNEL_LIST = 65_536
-"""Channels (or heads) one intervention names."""
-MAX_HANDLES = 10_000
-COLORMAP_NAME_CHARS = 32
-
-
-class _Bound:
-    """A check of one option's value; ``describe`` is the allowed range, for the error."""
-
-    def __init__(self, describe: str, ok: Any) -> None:
-        self.describe, self.ok = describe, ok
-
-
-def _int(lo: int, hi: int) -> _Bound:
-    return _Bound(
-        f"an integer from {lo} to {hi}", lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-    )
-
-
-def _number(lo: float, hi: float) -> _Bound:
-    return _Bound(
-        f"a number from {lo:g} to {hi:g}",
-        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi,
-    )
-
-
-_BOOL = _Bound("true or false", lambda v: isinstance(v, bool))
-_CMAP = _Bound(
-    f"a colormap name (at most {COLORMAP_NAME_CHARS} characters)",
-    lambda v: isinstance(v, str) and 0 < len(v) <= COLORMAP_NAME_CHARS,
-)
-_POSITION = _int(0, MAX_POSITION)
-_SIGNED_POSITION = _int(-MAX_POSITION, MAX_POSITION)
-_AXES = _Bound(
-    f"two axis numbers from {-MAX_AXES} to {MAX_AXES - 1}",
-    lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(_int(-MAX_AXES, MAX_AXES - 1).ok(a) for a in v),
-)
-_INDEX = _Bound(
-    f"positions by axis (at most {MAX_AXES})",
-    lambda v: (
-        (
-            isinstance(v, dict)
-            and len(v) <= MAX_AXES
-            and all(str(k).lstrip("-").isdigit() and _SIGNED_POSITION.ok(x) for k, x in v.items())
-        )
-        or (isinstance(v, (list, tuple)) and len(v) <= MAX_AXES and all(_SIGNED_POSITION.ok(x) for x in v))
-        or _SIGNED_POSITION.ok(v)
-    ),
-)
-
-
-def _labels_ok(v: Any) -> bool:
-    def axis(labels: Any) -> bool:
-        return (
-            isinstance(labels, (list, tuple)) and len(labels) <= MAX_LABELS and all(isinstance(x, str) for x in labels)
-        )
-
-    return axis(v) or (isinstance(v, (list, tuple)) and len(v) == 2 and all(axis(x) for x in v))
-
-
-_FEATURE_MAP = {
-    "batch": _POSITION,
-    "page": _POSITION,
-    "per_page": _int(1, MAX_PER_PAGE),
-    "shared_scale": _BOOL,
-    "sort_by_strength": _BOOL,
-    "cmap": _CMAP,
-    "channel": _POSITION,
-    "min_tile": _int(1, MAX_TILE_PX),
-    "gap": _int(0, MAX_GAP_PX),
-}
-
-RENDER_OPTIONS: dict[str, dict[str, _Bound]] = {
-    "featureMap": _FEATURE_MAP,
-    "tensor": {"axes": _AXES, "index": _INDEX, "cmap": _CMAP},
-    "histogram": {
-        "bins": _int(1, MAX_HISTOGRAM_BINS),
-        "log": _BOOL,
-        "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200),
-    },
-    "attention": {
-        "head": _Bound(
-            f"a head number (0 to {MAX_POSITION}) or 'mean'",
-            lambda v: _POSITION.ok(v) or v in ("avg", "mean", "average"),
-        ),
-        "labels": _Bound(f"a list of at most {MAX_LABELS} strings, or two such lists", _labels_ok),
-        "batch": _POSITION,
-        "cmap": _CMAP,
-        "min_tile": _int(1, MAX_TILE_PX),
-        "gap": _int(0, MAX_GAP_PX),
-    },
-    "gradCam": {
-        "target": _Bound(
-            f"a class number (0 to {MAX_POSITION}) or a list of at most {MAX_LABELS}",
-            lambda v: (
-                _POSITION.ok(v)
-                or (isinstance(v, (list, tuple)) and len(v) <= MAX_LABELS and all(_POSITION.ok(x) for x in v))
-            ),
-        ),
-        "batch": _POSITION,
-        "alpha": _number(0.0, 1.0),
-        "cmap": _CMAP,
-        "eval_mode": _BOOL,
-        "token_grid": _Bound(
-            "two sizes from 1 to 4096",
-            lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(_int(1, 4096).ok(x) for x in v),
-        ),
-    },
-    "gradientFlow": {
-        "vanishing": _number(0.0, 1e30),
-        "exploding": _number(0.0, 1e30),
-        "title": _Bound("a title (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200),
-        "metric": _Bound("'mean' or 'norm'", lambda v: v in ("mean", "norm")),
-        "highlight": _Bound("a layer name (at most 200 characters)", lambda v: isinstance(v, str) and len(v) <= 200),
-    },
-}
-"""The options each ``render`` view accepts, and their bounds; anything else is refused."""
-
-INSPECT_OPTIONS: dict[str, _Bound] = {
-    "view": _Bound("'slice', 'featureMap' or 'summary'", lambda v: v in ("slice", "featureMap", "summary")),
-    "axes": _AXES,
-    "index": _INDEX,
-    **_FEATURE_MAP,
-}
-"""The options ``inspectValue`` accepts."""
-
-
-def check_bounds(msg: dict[str, Any]) -> None:
-    """Refuse a request whose sizes are out of bounds (raises ProtocolError, badMessage)."""
-    mtype = msg["type"]
-    _check_sizes(mtype, msg)
-    if mtype == "render":
-        view = msg["view"]
-        if view not in RENDER_OPTIONS:
-            raise ProtocolError(ERR_BAD_MESSAGE, f"unknown view {view[:32]!r} (one of {', '.join(RENDER_OPTIONS)})")
-        _check_options(f"render {view}", msg.get("options"), RENDER_OPTIONS[view])
-    elif mtype == "inspectValue":
-        _check_options("inspectValue", msg.get("options"), INSPECT_OPTIONS)
-    elif mtype == "watch":
-        rate = msg.get("rateHz")
-        if rate is not None and not (0 < rate <= MAX_RATE_HZ):
-            raise ProtocolError(ERR_BAD_MESSAGE, f"watch: rateHz must be > 0 and at most {MAX_RATE_HZ:g}, got {rate!r}")
-    elif mtype == "setBreakpoints" and len(msg["breakpoints"]) > MAX_BREAKPOINTS:
-        raise ProtocolError(
-            ERR_BAD_MESSAGE, f"setBreakpoints: {len(msg['breakpoints'])} breakpoints, at most {MAX_BREAKPOINTS}"
-        )
-    elif mtype == "addIntervention":
-        channels, value = msg.get("channels"), msg.get("value")
-        if channels is not None and (len(channels) > MAX_CHANNEL_LIST or not all(_POSITION.ok(c) for c in channels)):
-            raise ProtocolError(
-                ERR_BAD_MESSAGE,
-                f"addIntervention: channels must be at most {MAX_CHANNEL_LIST} integers from 0 to {MAX_POSITION}",
-            )
-        if value is not None and not math.isfinite(value):
-            raise ProtocolError(ERR_BAD_MESSAGE, "addIntervention: value must be a finite number")
-    elif mtype == "releaseInspected":
-        handles = msg.get("handles")
-        if handles is not None and len(handles) > MAX_HANDLES:
-            raise ProtocolError(ERR_BAD_MESSAGE, f"releaseInspected: at most {MAX_HANDLES} handles")
-
-
-def _check_sizes(mtype: str, msg: dict[str, Any]) -> None:
-    """Every string and list in the request within MAX_STRING / MAX_LIST (the decoder bounds the walk)."""
-    stack: list[tuple[str, Any]] = [(k, v) for k, v in msg.items()]
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, str) and len(value) > MAX_STRING:
-            raise ProtocolError(
-                ERR_BAD_MESSAGE, f"{mtype}: {where[:64]} is a string of {len(value)} characters, at most {MAX_STRING}"
-            )
-        if isinstance(value, (list, tuple)):
-            if len(value) > MAX_LIST:
-                raise ProtocolError(
-                    ERR_BAD_MESSAGE, f"{mtype}: {where[:64]} has {len(value)} entries, at most {MAX_LIST}"
-                )
-            stack.extend((where, v) for v in value)
-        elif isinstance(value, dict):
-            stack.extend((f"{where}.{k}", v) for k, v in value.items())
-
-
-def _check_options(what: str, options: Any, allowed: dict[str, _Bound]) -> None:
-    if options is None:
-        return
-    for name, value in options.items():
-        bound = allowed.get(name)
-        if bound is None:
-            raise ProtocolError(
-                ERR_BAD_MESSAGE, f"{what}: unknown option {str(name)[:32]!r} (allowed: {', '.join(sorted(allowed))})"
-            )
-        if value is not None and not bound.ok(value):
-            raise ProtocolError(
-                ERR_BAD_MESSAGE, f"{what}: option {name!r} must be {bound.describe}, got {_short(value)}"
-            )
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+def validate_reply(request_type: str, body: Any) -> dict[str, Any]:
+    """Check the body of a successful reply to a ``request_type`` request; return it or raise ProtocolError."""
+    if not isinstance(body, dict):
+        raise ProtocolError(ERR_BAD_MESSAGE, f"reply to {request_type}: the body must be a map, got {_type_name(body)}")
+    _check_fields(f"reply to {request_type}", body, MESSAGES_BY_TYPE[request_type].reply)
+    return body
 
 
 def reply(re: int, body: dict[str, Any] | None = None) -> dict[str, Any]:

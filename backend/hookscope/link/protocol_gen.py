@@ -21,30 +21,46 @@ _TS_TYPES = {
     "map": "Record<string, unknown>",
     "any": "unknown",
 }
-# Richer TS types for fields whose shape is a known struct.
-_TS_OVERRIDES = {
-    ("modelAdded", "model"): "ModelTree",
-    ("hit", "summaries"): "TensorSummary[]",
-    ("summaries", "tensors"): "TensorSummary[]",
-    ("setBreakpoints", "breakpoints"): "BreakpointSpec[]",
-    ("ModelTree", "modules"): "ModuleInfo[]",
-    ("shapes", "shapes"): "Record<string, number[]>",
-    ("TensorSummary", "shape"): "number[]",
-    ("BreakpointSpec", "phases"): "Phase[]",
-    ("process", "argv"): "string[]",
-    ("watch", "layers"): "string[]",
-    ("addIntervention", "channels"): "number[]",
-}
+"""A field without ``of`` (a shape not declared yet) stays ``unknown[]`` / ``Record<string, unknown>``."""
 
 
 def _camel(name: str) -> str:
     return name[0].upper() + name[1:]
 
 
-def _field_lines(owner: str, fields: tuple[p.Field, ...]) -> list[str]:
+def _ts_of(of: str) -> str:
+    """TypeScript of one ``Field.of`` name: a field type, a struct, an enum, or a list of one of those."""
+    if of.endswith("[]"):
+        return _ts_of(of[:-2]) + "[]"
+    if of in p.STRUCTS_BY_NAME or of in p.ENUMS:
+        return of
+    return _TS_TYPES[of]
+
+
+def _ts(f: p.Field) -> str:
+    if f.of is None:
+        return _TS_TYPES[f.type]
+    if f.type == "list":
+        return _ts_of(f.of) + "[]"
+    if f.type == "map" and f.of not in p.STRUCTS_BY_NAME:
+        return f"Record<string, {_ts_of(f.of)}>"
+    return _ts_of(f.of)
+
+
+def _spec(fields: tuple[p.Field, ...]) -> str:
+    """The runtime table's form of fields (validate() in codec.ts walks it)."""
+
+    def one(f: p.Field) -> str:
+        of = f", of: '{f.of}'" if f.of else ""
+        return f"{{ name: '{f.name}', type: '{f.type}', optional: {'true' if f.optional else 'false'}{of} }}"
+
+    return "[" + ", ".join(one(f) for f in fields) + "]"
+
+
+def _field_lines(fields: tuple[p.Field, ...]) -> list[str]:
     lines = []
     for f in fields:
-        ts = _TS_OVERRIDES.get((owner, f.name), _TS_TYPES[f.type])
+        ts = _ts(f)
         lines.append(f"  /** {f.doc} */")
         lines.append(f"  {f.name}{'?' if f.optional else ''}: {ts};")
     return lines
@@ -67,28 +83,26 @@ def generate() -> str:
         f"export const PROOF_LABEL = '{p.PROOF_LABEL.decode('ascii')}';",
         f"export const MAX_PENDING_HANDSHAKES = {p.MAX_PENDING_HANDSHAKES};",
         "",
-        "export const PHASES = [" + ", ".join(f"'{x}'" for x in p.PHASES) + "] as const;",
-        "export type Phase = typeof PHASES[number];",
-        "export const CONDITIONS = [" + ", ".join(f"'{x}'" for x in p.CONDITIONS) + "] as const;",
-        "export type ConditionKind = typeof CONDITIONS[number];",
-        "export const INTERVENTIONS = [" + ", ".join(f"'{x}'" for x in p.INTERVENTIONS) + "] as const;",
-        "export type InterventionKind = typeof INTERVENTIONS[number];",
-        "export const ERROR_CODES = [" + ", ".join(f"'{x}'" for x in p.ERROR_CODES) + "] as const;",
-        "",
     ]
+    for type_name, (const, values) in p.ENUMS.items():
+        out += [
+            "export const " + const + " = [" + ", ".join(f"'{x}'" for x in values) + "] as const;",
+            f"export type {type_name} = typeof {const}[number];",
+        ]
+    out.append("")
     for s in p.STRUCTS:
-        out += [f"/** {s.doc} */", f"export interface {s.name} {{", *_field_lines(s.name, s.fields), "}", ""]
+        out += [f"/** {s.doc} */", f"export interface {s.name} {{", *_field_lines(s.fields), "}", ""]
     for m in p.MESSAGES:
         name = _camel(m.type) + ("Message" if m.kind != "request" else "Request")
         out += [f"/** {m.doc} */", f"export interface {name} {{", f"  type: '{m.type}';"]
         if m.kind == "request":
             out.append("  id: number;")
-        out += [*_field_lines(m.type, m.fields), "}", ""]
+        out += [*_field_lines(m.fields), "}", ""]
         if m.kind == "request":
             out += [
                 f"/** Reply body of {m.type}. */",
                 f"export interface {_camel(m.type)}Result {{",
-                *_field_lines(m.type + "Result", m.reply),
+                *_field_lines(m.reply),
                 "}",
                 "",
             ]
@@ -111,18 +125,25 @@ def generate() -> str:
     out.append("}")
     out.append("")
     out.append("export type FieldType = 'str' | 'int' | 'float' | 'bool' | 'bin' | 'list' | 'map' | 'any';")
-    out.append("export interface FieldSpec { name: string; type: FieldType; optional: boolean }")
     out.append(
-        "export interface MessageSpec { kind: 'event' | 'request' | 'reply'; direction: string; fields: FieldSpec[] }"
+        "/** `of`: a list's element, a map's struct (or its values' type), a string's enum (see protocol.Field). */"
     )
-    out.append("/** Runtime table used by validate() in codec.ts. */")
+    out.append("export interface FieldSpec { name: string; type: FieldType; optional: boolean; of?: string }")
+    out.append("export interface MessageSpec {")
+    out.append("  kind: 'event' | 'request' | 'reply'; direction: string; fields: FieldSpec[]; reply?: FieldSpec[] }")
+    out.append("/** Runtime table used by validate() and validateReply() in codec.ts. */")
     out.append("export const MESSAGE_SPECS: Record<string, MessageSpec> = {")
     for m in p.MESSAGES:
-        fields = ", ".join(
-            f"{{ name: '{f.name}', type: '{f.type}', optional: {'true' if f.optional else 'false'} }}" for f in m.fields
-        )
-        out.append(f"  {m.type}: {{ kind: '{m.kind}', direction: '{m.direction}', fields: [{fields}] }},")
+        reply = f", reply: {_spec(m.reply)}" if m.kind == "request" else ""
+        out.append(f"  {m.type}: {{ kind: '{m.kind}', direction: '{m.direction}', fields: {_spec(m.fields)}{reply} }},")
     out.append("};")
+    out.append("/** The fields of each struct, for validate(). */")
+    out.append("export const STRUCT_SPECS: Record<string, FieldSpec[]> = {")
+    for st in p.STRUCTS:
+        out.append(f"  {st.name}: {_spec(st.fields)},")
+    out.append("};")
+    out.append("/** The names of ENUMS (a string field's `of`; their values are checked where used). */")
+    out.append("export const ENUM_NAMES: readonly string[] = [" + ", ".join(f"'{n}'" for n in p.ENUMS) + "];")
     out.append("")
     return "\n".join(out)
 

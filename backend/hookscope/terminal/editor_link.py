@@ -52,6 +52,8 @@ class BackendConnection:
         self.closed = False
         self.received: list[dict] = []
         """Every message received after hello, in order (tests inspect it)."""
+        self.refused: list[tuple[dict, str]] = []
+        """Events that failed ``protocol.validate`` and why (never delivered, as the extension refuses them)."""
 
     @property
     def pid(self) -> int:
@@ -72,10 +74,11 @@ class BackendConnection:
         request_id = next(self._ids)
         self.send({"type": mtype, "id": request_id, **fields})
         reply = self.wait_reply(request_id, timeout)
+        protocol.validate(reply)  # a malformed reply is a ProtocolError naming the field, not a KeyError later
         if "error" in reply:
             error = reply["error"] or {}
             raise RequestError(str(error.get("code")), str(error.get("message")))
-        return reply.get("body") or {}
+        return protocol.validate_reply(mtype, reply.get("body") or {})
 
     def wait_reply(self, request_id: int, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
@@ -146,6 +149,12 @@ class BackendConnection:
             except OSError:
                 pass
             return
+        if mtype != "reply":
+            try:
+                protocol.validate(message)
+            except protocol.ProtocolError as err:  # kept out of the events: what the extension refuses too
+                self.refused.append((message, str(err)))
+                return
         with self._cond:
             if mtype == "reply" and isinstance(message.get("re"), int) and message["re"] >= 0:
                 self._replies[message["re"]] = message

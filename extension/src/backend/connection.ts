@@ -14,7 +14,7 @@
 import type { Socket } from 'node:net';
 import { Emitter } from '../common/events';
 import type { Logger } from '../common/logger';
-import { FrameReader, HEADER_BYTES, ProtocolError, frameMessage, validate } from '../protocol/codec';
+import { FrameReader, HEADER_BYTES, ProtocolError, frameMessage, validate, validateReply } from '../protocol/codec';
 import { newNonce, proof, proofMatches } from '../protocol/handshake';
 import {
   HANDSHAKE_FRAME_BYTES,
@@ -215,6 +215,7 @@ export class BackendConnection {
       const re = typeof (message as { id?: unknown })?.id === 'number' ? (message as { id: number }).id : -1;
       this.options.log.warn(`[${this.label}] refused a message: ${error.message}`);
       this.sendError(re, error);
+      this.failPendingOn(message, error);
       return;
     }
     const msg = message as FromBackend;
@@ -323,6 +324,17 @@ export class BackendConnection {
     this.close(text, true);
   }
 
+  /** A malformed reply to a pending request fails that request now (not by its timeout). */
+  private failPendingOn(message: unknown, error: ProtocolError): void {
+    const msg = message as { type?: unknown; re?: unknown } | null;
+    if (msg?.type !== 'reply' || typeof msg.re !== 'number') return;
+    const pending = this.pending.get(msg.re);
+    if (!pending) return;
+    this.pending.delete(msg.re);
+    clearTimeout(pending.timer);
+    pending.reject(new RequestError('badMessage', `malformed reply to ${pending.type}: ${error.message}`));
+  }
+
   private onReply(msg: ReplyMessage): void {
     const pending = this.pending.get(msg.re);
     if (!pending) {
@@ -341,7 +353,14 @@ export class BackendConnection {
       const text = typeof msg.error.message === 'string' ? msg.error.message : `${pending.type} failed`;
       pending.reject(new RequestError(code, text));
     } else {
-      pending.resolve(msg.body ?? {});
+      // A reply whose body does not have the declared shape fails its request with the field named,
+      // instead of reaching the caller as a cast it does not hold.
+      try {
+        pending.resolve(validateReply(pending.type, msg.body ?? {}));
+      } catch (err) {
+        this.options.log.warn(`[${this.label}] refused a reply: ${(err as Error).message}`);
+        pending.reject(new RequestError('badMessage', (err as Error).message));
+      }
     }
   }
 

@@ -23,6 +23,8 @@ import {
   type RequestMap,
   type SummariesMessage,
   type TensorSummary,
+  type InterventionInfo as ProtocolInterventionInfo,
+  type Resolution as ProtocolResolution,
 } from '../protocol/messages.gen';
 import { BackendConnection, RequestError, type BackendEvent } from './connection';
 
@@ -38,21 +40,13 @@ export interface ModelState {
   shapes: Record<string, number[]>;
 }
 
-export interface InterventionInfo {
-  id: string;
-  layer: string;
-  kind: string;
-  channels?: number[];
-  value?: number;
+/** An active intervention, with the model it is on when the process has several. */
+export interface InterventionInfo extends ProtocolInterventionInfo {
   model?: string;
 }
 
 /** What one breakpoint resolved to in one process. */
-export interface Resolution {
-  id: string;
-  layers: string[];
-  error?: string;
-}
+export type Resolution = ProtocolResolution;
 
 export interface ProcessState {
   /** Connection id, unique in this window. */

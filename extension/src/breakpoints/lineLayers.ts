@@ -17,7 +17,7 @@ export async function layersAtLine(hub: Pick<BackendHub, 'processes' | 'request'
   const answers = await Promise.all(hub.processes().map(async (p) => {
     try {
       const { layers } = await hub.request(p.id, 'resolveLayers', { spec: { file, line: line1 } }, 10_000);
-      return (layers as { model: string; layer: string; cls: string }[]).map((l) => ({ process: p.id, model: l.model, layer: l.layer, cls: l.cls }));
+      return layers.map((l) => ({ process: p.id, model: l.model, layer: l.layer, cls: l.cls }));
     } catch {
       return []; // not started yet (no torch imported) or gone: it means no layer yet
     }

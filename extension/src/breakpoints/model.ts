@@ -5,15 +5,12 @@
 // Layers tree, on a layer name. It follows edits that move its line, turns into the
 // protocol's BreakpointSpec, and carries what each connected process resolved it to.
 
-import type { BreakpointSpec, Phase } from '../protocol/messages.gen';
+import type { BreakpointSpec, Condition, Phase } from '../protocol/messages.gen';
 
 export type PhaseChoice = 'forward' | 'backward' | 'both';
 
-export interface BreakpointCondition {
-  kind: 'always' | 'nonfinite' | 'grad_norm_below' | 'grad_norm_above' | 'absmax_above' | 'expression';
-  threshold?: number;
-  expression?: string;
-}
+/** The protocol's condition (its kinds are protocol.CONDITIONS). */
+export type BreakpointCondition = Condition;
 
 export interface LayerBreakpoint {
   id: string;
@@ -114,7 +111,7 @@ export function toSpec(bp: LayerBreakpoint): BreakpointSpec {
     if (bp.instance) spec.layer = bp.instance; // the backend intersects: that layer, at that line
   }
   if (bp.condition && bp.condition.kind !== 'always') {
-    const condition: Record<string, unknown> = { kind: bp.condition.kind };
+    const condition: Condition = { kind: bp.condition.kind };
     if (bp.condition.threshold !== undefined) condition.threshold = bp.condition.threshold;
     if (bp.condition.expression !== undefined) condition.expression = bp.condition.expression;
     spec.condition = condition;

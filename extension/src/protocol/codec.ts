@@ -13,7 +13,10 @@ import {
   MAX_COLLECTION,
   MAX_DEPTH,
   MAX_FRAME_BYTES,
+  ENUM_NAMES,
   MESSAGE_SPECS,
+  STRUCT_SPECS,
+  type FieldSpec,
   type FieldType,
   type MessageSpec,
 } from './messages.gen';
@@ -218,17 +221,49 @@ export function validate(message: unknown): MessageSpec & { type: string } {
   if (spec.kind === 'request' && !checkType(msg.id, 'int')) {
     throw new ProtocolError('badMessage', `request '${type}' needs an integer 'id'`);
   }
-  for (const field of spec.fields) {
-    const value = msg[field.name];
+  checkFields(type, msg, spec.fields);
+  return { ...spec, type };
+}
+
+/** Check the body of a successful reply to a `requestType` request (mirror of protocol.validate_reply). */
+export function validateReply(requestType: string, body: unknown): Record<string, unknown> {
+  const where = `reply to ${requestType}`;
+  if (!checkType(body, 'map')) throw new ProtocolError('badMessage', `${where}: the body must be a map, got ${typeName(body)}`);
+  checkFields(where, body as Record<string, unknown>, MESSAGE_SPECS[requestType]?.reply ?? []);
+  return body as Record<string, unknown>;
+}
+
+/** Each field present with its type, down to the leaves `of` names; errors name the field's path. */
+function checkFields(where: string, msg: Record<string, unknown>, fields: readonly FieldSpec[]): void {
+  for (const field of fields) {
+    const value = Object.prototype.hasOwnProperty.call(msg, field.name) ? msg[field.name] : undefined;
     if (value === undefined || value === null) {
       if (field.optional) continue;
-      throw new ProtocolError('badMessage', `${type}: missing field '${field.name}' (${field.type})`);
+      throw new ProtocolError('badMessage', `${where}: missing field '${field.name}' (${field.type})`);
     }
-    if (!checkType(value, field.type)) {
-      throw new ProtocolError('badMessage', `${type}: field '${field.name}' must be ${field.type}, got ${typeName(value)}`);
-    }
+    checkValue(where.includes(':') ? `${where}.${field.name}` : `${where}: field '${field.name}'`, value, field.type, field.of);
   }
-  return { ...spec, type };
+}
+
+function checkValue(where: string, value: unknown, type: FieldType, of: string | undefined): void {
+  if (!checkType(value, type)) throw new ProtocolError('badMessage', `${where} must be ${type}, got ${typeName(value)}`);
+  // Enums are types for this side's code; their values are checked where they are used.
+  if (of === undefined || type === 'str') return;
+  if (type === 'map' && Object.prototype.hasOwnProperty.call(STRUCT_SPECS, of)) {
+    checkFields(where.includes(':') ? where : `${where}:`, value as Record<string, unknown>, STRUCT_SPECS[of]);
+    return;
+  }
+  const [itemType, itemOf] = leaf(of);
+  if (type === 'list') (value as unknown[]).forEach((item, i) => checkValue(`${where}[${i}]`, item, itemType, itemOf));
+  else for (const [key, item] of Object.entries(value as Record<string, unknown>)) checkValue(`${where}['${key}']`, item, itemType, itemOf);
+}
+
+/** The field type and `of` of one element named by `of`: 'int', 'TensorSummary', 'str[]'. */
+function leaf(of: string): [FieldType, string | undefined] {
+  if (of.endsWith('[]')) return ['list', of.slice(0, -2)];
+  if (Object.prototype.hasOwnProperty.call(STRUCT_SPECS, of)) return ['map', of];
+  if (ENUM_NAMES.includes(of)) return ['str', of];
+  return [of as FieldType, undefined];
 }
 
 /**

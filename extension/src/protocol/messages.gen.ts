@@ -20,6 +20,11 @@ export type ConditionKind = typeof CONDITIONS[number];
 export const INTERVENTIONS = ['zero_channels', 'scale', 'mean_ablate', 'input_noise'] as const;
 export type InterventionKind = typeof INTERVENTIONS[number];
 export const ERROR_CODES = ['badMessage', 'unknownType', 'unknownLayer', 'notAvailable', 'internal', 'badToken', 'protocolMismatch', 'busy'] as const;
+export type ErrorCode = typeof ERROR_CODES[number];
+export const VIEWS = ['featureMap', 'attention', 'gradCam', 'gradientFlow', 'histogram', 'tensor'] as const;
+export type View = typeof VIEWS[number];
+export const NOTICE_LEVELS = ['info', 'warning', 'error'] as const;
+export type NoticeLevel = typeof NOTICE_LEVELS[number];
 
 /** One entry of a model's named_modules(). */
 export interface ModuleInfo {
@@ -95,6 +100,58 @@ export interface TensorSummary {
   sampled?: boolean;
 }
 
+/** When a layer breakpoint pauses. */
+export interface Condition {
+  /** one of CONDITIONS */
+  kind: ConditionKind;
+  /** the gradient norm / absmax limit of the grad_norm_* and absmax_above kinds */
+  threshold?: number;
+  /** a Python expression over the hook's locals (kind 'expression') */
+  expression?: string;
+}
+
+/** What one breakpoint of setBreakpoints matched in the process. */
+export interface Resolution {
+  /** the breakpoint's id */
+  id: string;
+  /** qualified names of the layers it hooks */
+  layers: string[];
+  /** why it matched nothing or was refused */
+  error?: string;
+}
+
+/** One layer resolveLayers found. */
+export interface ResolvedLayer {
+  /** model id */
+  model: string;
+  /** qualified module name */
+  layer: string;
+  /** class name */
+  cls: string;
+}
+
+/** An active intervention. */
+export interface InterventionInfo {
+  /** intervention id */
+  id: string;
+  /** qualified module name */
+  layer: string;
+  /** one of INTERVENTIONS */
+  kind: InterventionKind;
+  /** channel (or head) indices */
+  channels?: number[];
+  /** scale factor or noise std */
+  value?: number;
+}
+
+/** Why a request failed (reply.error). */
+export interface ErrorBody {
+  /** one of ERROR_CODES */
+  code: ErrorCode;
+  /** text for the user */
+  message: string;
+}
+
 /** A layer breakpoint as the editor sends it. */
 export interface BreakpointSpec {
   /** editor-side id */
@@ -109,8 +166,8 @@ export interface BreakpointSpec {
   line?: number;
   /** subset of PHASES */
   phases: Phase[];
-  /** {kind: one of CONDITIONS, threshold?, expression?} */
-  condition?: Record<string, unknown>;
+  /** when it pauses (absent: always) */
+  condition?: Condition;
   /** pause on the Nth hit only */
   hitCount?: number;
   /** pause on every Nth hit */
@@ -128,8 +185,8 @@ export interface ReplyMessage {
   re: number;
   /** the result, when it succeeded */
   body?: Record<string, unknown>;
-  /** {code, message} when it failed */
-  error?: Record<string, unknown>;
+  /** why it failed */
+  error?: ErrorBody;
 }
 
 /** First frame of every connection (at most HANDSHAKE_FRAME_BYTES): no token and nothing about the process until the editor has proved the token (hookscope.link.handshake). */
@@ -185,7 +242,7 @@ export interface ProcessMessage {
 /** A model root was found; carries its whole named_modules() tree. */
 export interface ModelAddedMessage {
   type: 'modelAdded';
-  /** ModelTree: {id, name, cls, params, modules: [ModuleInfo]} */
+  /** the model and its modules */
   model: ModelTree;
 }
 
@@ -206,7 +263,7 @@ export interface HitMessage {
   /** qualified module name */
   layer: string;
   /** one of PHASES */
-  phase: string;
+  phase: Phase;
   /** human-readable reason shown as the stop reason */
   reason: string;
   /** step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
@@ -235,7 +292,7 @@ export interface SummariesMessage {
   /** qualified module name */
   layer: string;
   /** one of PHASES */
-  phase: string;
+  phase: Phase;
   /** step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
   step: number;
   /** TensorSummary list */
@@ -263,8 +320,8 @@ export interface ResumedMessage {
 /** Something the user should know (a breakpoint matched nothing, a hook raised, compiled modules...). */
 export interface NoticeMessage {
   type: 'notice';
-  /** 'info' | 'warning' | 'error' */
-  level: string;
+  /** how much it matters */
+  level: NoticeLevel;
   /** text for the user */
   message: string;
   /** machine-readable category */
@@ -314,8 +371,8 @@ export interface SetBreakpointsRequest {
 
 /** Reply body of setBreakpoints. */
 export interface SetBreakpointsResult {
-  /** [{id, layers: [qualified names], error?}] */
-  resolved: unknown[];
+  /** what each breakpoint matched */
+  resolved: Resolution[];
 }
 
 /** Which layers a breakpoint spec means, in every model, without setting anything: the one answer to 'which layers does this line mean' (definition lines and call sites), also for names, globs and classes. */
@@ -328,8 +385,8 @@ export interface ResolveLayersRequest {
 
 /** Reply body of resolveLayers. */
 export interface ResolveLayersResult {
-  /** [{model, layer, cls}] in each model's named_modules() order */
-  layers: unknown[];
+  /** in each model's named_modules() order */
+  layers: ResolvedLayer[];
 }
 
 /** Break at the first layer that produces NaN/Inf (forward or backward). */
@@ -393,7 +450,7 @@ export interface WatchRequest {
 /** Reply body of watch. */
 export interface WatchResult {
   /** names now watched */
-  layers: unknown[];
+  layers: string[];
 }
 
 /** Last summaries of a layer and its parameters' gradients. */
@@ -411,7 +468,7 @@ export interface GetSummariesResult {
   /** qualified module name */
   layer: string;
   /** TensorSummary list (inputs, outputs, gradients, parameter grads) */
-  tensors: unknown[];
+  tensors: TensorSummary[];
   /** the step they were taken at; step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
   step: number;
 }
@@ -462,8 +519,8 @@ export interface RemoveHooksResult {
 export interface RenderRequest {
   type: 'render';
   id: number;
-  /** 'featureMap' | 'attention' | 'gradCam' | 'gradientFlow' | 'histogram' | 'tensor' */
-  view: string;
+  /** what to draw */
+  view: View;
   /** qualified module name */
   layer?: string;
   /** model id */
@@ -493,7 +550,7 @@ export interface AddInterventionRequest {
   /** qualified module name */
   layer: string;
   /** one of INTERVENTIONS */
-  kind: string;
+  kind: InterventionKind;
   /** model id */
   model?: string;
   /** channel (or head) indices for zero_channels */
@@ -530,8 +587,8 @@ export interface ListInterventionsRequest {
 
 /** Reply body of listInterventions. */
 export interface ListInterventionsResult {
-  /** [{id, layer, kind, channels?, value?}] */
-  interventions: unknown[];
+  /** the active interventions */
+  interventions: InterventionInfo[];
 }
 
 /** Summarize (and optionally render) a tensor the debugger names by expression in a paused frame. */
@@ -549,7 +606,7 @@ export interface InspectValueRequest {
 /** Reply body of inspectValue. */
 export interface InspectValueResult {
   /** TensorSummary */
-  summary: Record<string, unknown>;
+  summary: TensorSummary;
   /** an image of the selected 2-D slice */
   png?: Uint8Array;
   /** where the tensor sits in the published value ('batch.image', 'out[0]') */
@@ -563,7 +620,7 @@ export interface InspectValueResult {
   /** the displayed slice's values, float32 little-endian, row-major */
   values?: Uint8Array;
   /** [rows, cols] of 'values' */
-  valuesShape?: unknown[];
+  valuesShape?: number[];
   /** [row step, col step]: values[i][j] is the slice's element (i*step0, j*step1) */
   valuesStep?: unknown[];
 }
@@ -573,7 +630,7 @@ export interface ReleaseInspectedRequest {
   type: 'releaseInspected';
   id: number;
   /** handles to drop; all when absent */
-  handles?: unknown[];
+  handles?: string[];
 }
 
 /** Reply body of releaseInspected. */
@@ -612,40 +669,56 @@ export interface RequestMap {
 }
 
 export type FieldType = 'str' | 'int' | 'float' | 'bool' | 'bin' | 'list' | 'map' | 'any';
-export interface FieldSpec { name: string; type: FieldType; optional: boolean }
-export interface MessageSpec { kind: 'event' | 'request' | 'reply'; direction: string; fields: FieldSpec[] }
-/** Runtime table used by validate() in codec.ts. */
+/** `of`: a list's element, a map's struct (or its values' type), a string's enum (see protocol.Field). */
+export interface FieldSpec { name: string; type: FieldType; optional: boolean; of?: string }
+export interface MessageSpec {
+  kind: 'event' | 'request' | 'reply'; direction: string; fields: FieldSpec[]; reply?: FieldSpec[] }
+/** Runtime table used by validate() and validateReply() in codec.ts. */
 export const MESSAGE_SPECS: Record<string, MessageSpec> = {
-  reply: { kind: 'reply', direction: 'both', fields: [{ name: 're', type: 'int', optional: false }, { name: 'body', type: 'map', optional: true }, { name: 'error', type: 'map', optional: true }] },
+  reply: { kind: 'reply', direction: 'both', fields: [{ name: 're', type: 'int', optional: false }, { name: 'body', type: 'map', optional: true }, { name: 'error', type: 'map', optional: true, of: 'ErrorBody' }] },
   hello: { kind: 'event', direction: 'toExtension', fields: [{ name: 'protocol', type: 'int', optional: false }, { name: 'hookscope', type: 'str', optional: false }, { name: 'nonce', type: 'bin', optional: false }] },
   challenge: { kind: 'event', direction: 'toBackend', fields: [{ name: 'protocol', type: 'int', optional: false }, { name: 'nonce', type: 'bin', optional: false }] },
   proof: { kind: 'event', direction: 'both', fields: [{ name: 'proof', type: 'bin', optional: false }] },
-  process: { kind: 'event', direction: 'toExtension', fields: [{ name: 'pid', type: 'int', optional: false }, { name: 'session', type: 'str', optional: true }, { name: 'rank', type: 'int', optional: false }, { name: 'worldSize', type: 'int', optional: false }, { name: 'python', type: 'str', optional: false }, { name: 'torch', type: 'str', optional: false }, { name: 'hookscope', type: 'str', optional: false }, { name: 'argv', type: 'list', optional: false }, { name: 'debugger', type: 'bool', optional: false }] },
-  modelAdded: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'map', optional: false }] },
+  process: { kind: 'event', direction: 'toExtension', fields: [{ name: 'pid', type: 'int', optional: false }, { name: 'session', type: 'str', optional: true }, { name: 'rank', type: 'int', optional: false }, { name: 'worldSize', type: 'int', optional: false }, { name: 'python', type: 'str', optional: false }, { name: 'torch', type: 'str', optional: false }, { name: 'hookscope', type: 'str', optional: false }, { name: 'argv', type: 'list', optional: false, of: 'str' }, { name: 'debugger', type: 'bool', optional: false }] },
+  modelAdded: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'map', optional: false, of: 'ModelTree' }] },
   modelRemoved: { kind: 'event', direction: 'toExtension', fields: [{ name: 'id', type: 'str', optional: false }] },
-  hit: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'reason', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'summaries', type: 'list', optional: false }, { name: 'pausing', type: 'bool', optional: false }, { name: 'origin', type: 'str', optional: true }, { name: 'op', type: 'map', optional: true }, { name: 'rearm', type: 'str', optional: true }, { name: 'view', type: 'str', optional: true }, { name: 'viewOptions', type: 'map', optional: true }] },
-  summaries: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'tensors', type: 'list', optional: false }] },
-  shapes: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'shapes', type: 'map', optional: false }] },
+  hit: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false, of: 'Phase' }, { name: 'reason', type: 'str', optional: false }, { name: 'step', type: 'int', optional: false }, { name: 'summaries', type: 'list', optional: false, of: 'TensorSummary' }, { name: 'pausing', type: 'bool', optional: false }, { name: 'origin', type: 'str', optional: true }, { name: 'op', type: 'map', optional: true }, { name: 'rearm', type: 'str', optional: true }, { name: 'view', type: 'str', optional: true }, { name: 'viewOptions', type: 'map', optional: true }] },
+  summaries: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'phase', type: 'str', optional: false, of: 'Phase' }, { name: 'step', type: 'int', optional: false }, { name: 'tensors', type: 'list', optional: false, of: 'TensorSummary' }] },
+  shapes: { kind: 'event', direction: 'toExtension', fields: [{ name: 'model', type: 'str', optional: false }, { name: 'shapes', type: 'map', optional: false, of: 'int[]' }] },
   resumed: { kind: 'event', direction: 'toExtension', fields: [{ name: 'breakpoint', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }] },
-  notice: { kind: 'event', direction: 'toExtension', fields: [{ name: 'level', type: 'str', optional: false }, { name: 'message', type: 'str', optional: false }, { name: 'code', type: 'str', optional: true }] },
+  notice: { kind: 'event', direction: 'toExtension', fields: [{ name: 'level', type: 'str', optional: false, of: 'NoticeLevel' }, { name: 'message', type: 'str', optional: false }, { name: 'code', type: 'str', optional: true }] },
   stats: { kind: 'event', direction: 'toExtension', fields: [{ name: 'dropped', type: 'int', optional: false }, { name: 'queued', type: 'int', optional: false }, { name: 'shed', type: 'int', optional: true }] },
-  heartbeat: { kind: 'request', direction: 'toExtension', fields: [] },
-  ping: { kind: 'request', direction: 'toBackend', fields: [] },
-  setBreakpoints: { kind: 'request', direction: 'toBackend', fields: [{ name: 'breakpoints', type: 'list', optional: false }] },
-  resolveLayers: { kind: 'request', direction: 'toBackend', fields: [{ name: 'spec', type: 'map', optional: false }] },
-  setBreakOnNonFinite: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }] },
-  setBreakOnGradients: { kind: 'request', direction: 'toBackend', fields: [{ name: 'exploding', type: 'float', optional: true }, { name: 'vanishing', type: 'float', optional: true }] },
-  setCompiledEager: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }] },
-  watch: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layers', type: 'list', optional: false }, { name: 'model', type: 'str', optional: true }, { name: 'rateHz', type: 'float', optional: true }] },
-  getSummaries: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layer', type: 'str', optional: false }, { name: 'model', type: 'str', optional: true }] },
-  getParamGrads: { kind: 'request', direction: 'toBackend', fields: [{ name: 'model', type: 'str', optional: true }] },
-  listHooks: { kind: 'request', direction: 'toBackend', fields: [{ name: 'model', type: 'str', optional: true }] },
-  removeHooks: { kind: 'request', direction: 'toBackend', fields: [] },
-  render: { kind: 'request', direction: 'toBackend', fields: [{ name: 'view', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: true }, { name: 'model', type: 'str', optional: true }, { name: 'options', type: 'map', optional: true }, { name: 'tensor', type: 'str', optional: true }] },
-  addIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layer', type: 'str', optional: false }, { name: 'kind', type: 'str', optional: false }, { name: 'model', type: 'str', optional: true }, { name: 'channels', type: 'list', optional: true }, { name: 'value', type: 'float', optional: true }] },
-  removeIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'intervention', type: 'str', optional: true }] },
-  listInterventions: { kind: 'request', direction: 'toBackend', fields: [] },
-  inspectValue: { kind: 'request', direction: 'toBackend', fields: [{ name: 'expression', type: 'str', optional: false }, { name: 'options', type: 'map', optional: true }, { name: 'handle', type: 'str', optional: true }] },
-  releaseInspected: { kind: 'request', direction: 'toBackend', fields: [{ name: 'handles', type: 'list', optional: true }] },
+  heartbeat: { kind: 'request', direction: 'toExtension', fields: [], reply: [] },
+  ping: { kind: 'request', direction: 'toBackend', fields: [], reply: [{ name: 'pid', type: 'int', optional: false }] },
+  setBreakpoints: { kind: 'request', direction: 'toBackend', fields: [{ name: 'breakpoints', type: 'list', optional: false, of: 'BreakpointSpec' }], reply: [{ name: 'resolved', type: 'list', optional: false, of: 'Resolution' }] },
+  resolveLayers: { kind: 'request', direction: 'toBackend', fields: [{ name: 'spec', type: 'map', optional: false }], reply: [{ name: 'layers', type: 'list', optional: false, of: 'ResolvedLayer' }] },
+  setBreakOnNonFinite: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }], reply: [{ name: 'enabled', type: 'bool', optional: false }] },
+  setBreakOnGradients: { kind: 'request', direction: 'toBackend', fields: [{ name: 'exploding', type: 'float', optional: true }, { name: 'vanishing', type: 'float', optional: true }], reply: [{ name: 'exploding', type: 'float', optional: true }, { name: 'vanishing', type: 'float', optional: true }] },
+  setCompiledEager: { kind: 'request', direction: 'toBackend', fields: [{ name: 'enabled', type: 'bool', optional: false }], reply: [{ name: 'enabled', type: 'bool', optional: false }] },
+  watch: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layers', type: 'list', optional: false, of: 'str' }, { name: 'model', type: 'str', optional: true }, { name: 'rateHz', type: 'float', optional: true }], reply: [{ name: 'layers', type: 'list', optional: false, of: 'str' }] },
+  getSummaries: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layer', type: 'str', optional: false }, { name: 'model', type: 'str', optional: true }], reply: [{ name: 'layer', type: 'str', optional: false }, { name: 'tensors', type: 'list', optional: false, of: 'TensorSummary' }, { name: 'step', type: 'int', optional: false }] },
+  getParamGrads: { kind: 'request', direction: 'toBackend', fields: [{ name: 'model', type: 'str', optional: true }], reply: [{ name: 'params', type: 'list', optional: false }] },
+  listHooks: { kind: 'request', direction: 'toBackend', fields: [{ name: 'model', type: 'str', optional: true }], reply: [{ name: 'hooks', type: 'list', optional: false }, { name: 'leaks', type: 'list', optional: false }] },
+  removeHooks: { kind: 'request', direction: 'toBackend', fields: [], reply: [{ name: 'removed', type: 'int', optional: false }] },
+  render: { kind: 'request', direction: 'toBackend', fields: [{ name: 'view', type: 'str', optional: false, of: 'View' }, { name: 'layer', type: 'str', optional: true }, { name: 'model', type: 'str', optional: true }, { name: 'options', type: 'map', optional: true }, { name: 'tensor', type: 'str', optional: true }], reply: [{ name: 'png', type: 'bin', optional: false }, { name: 'width', type: 'int', optional: false }, { name: 'height', type: 'int', optional: false }, { name: 'meta', type: 'map', optional: false }] },
+  addIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'layer', type: 'str', optional: false }, { name: 'kind', type: 'str', optional: false, of: 'InterventionKind' }, { name: 'model', type: 'str', optional: true }, { name: 'channels', type: 'list', optional: true, of: 'int' }, { name: 'value', type: 'float', optional: true }], reply: [{ name: 'id', type: 'str', optional: false }] },
+  removeIntervention: { kind: 'request', direction: 'toBackend', fields: [{ name: 'intervention', type: 'str', optional: true }], reply: [{ name: 'removed', type: 'int', optional: false }] },
+  listInterventions: { kind: 'request', direction: 'toBackend', fields: [], reply: [{ name: 'interventions', type: 'list', optional: false, of: 'InterventionInfo' }] },
+  inspectValue: { kind: 'request', direction: 'toBackend', fields: [{ name: 'expression', type: 'str', optional: false }, { name: 'options', type: 'map', optional: true }, { name: 'handle', type: 'str', optional: true }], reply: [{ name: 'summary', type: 'map', optional: false, of: 'TensorSummary' }, { name: 'png', type: 'bin', optional: true }, { name: 'path', type: 'str', optional: true }, { name: 'width', type: 'int', optional: true }, { name: 'height', type: 'int', optional: true }, { name: 'meta', type: 'map', optional: true }, { name: 'values', type: 'bin', optional: true }, { name: 'valuesShape', type: 'list', optional: true, of: 'int' }, { name: 'valuesStep', type: 'list', optional: true }] },
+  releaseInspected: { kind: 'request', direction: 'toBackend', fields: [{ name: 'handles', type: 'list', optional: true, of: 'str' }], reply: [{ name: 'released', type: 'int', optional: false }] },
   bye: { kind: 'event', direction: 'toBackend', fields: [] },
 };
+/** The fields of each struct, for validate(). */
+export const STRUCT_SPECS: Record<string, FieldSpec[]> = {
+  ModuleInfo: [{ name: 'name', type: 'str', optional: false }, { name: 'cls', type: 'str', optional: false }, { name: 'params', type: 'int', optional: false }, { name: 'totalParams', type: 'int', optional: false }, { name: 'file', type: 'str', optional: true }, { name: 'line', type: 'int', optional: true }, { name: 'leaf', type: 'bool', optional: false }, { name: 'compiled', type: 'bool', optional: true }],
+  ModelTree: [{ name: 'id', type: 'str', optional: false }, { name: 'name', type: 'str', optional: false }, { name: 'cls', type: 'str', optional: false }, { name: 'params', type: 'int', optional: false }, { name: 'modules', type: 'list', optional: false, of: 'ModuleInfo' }],
+  TensorSummary: [{ name: 'path', type: 'str', optional: false }, { name: 'shape', type: 'list', optional: false, of: 'int' }, { name: 'dtype', type: 'str', optional: false }, { name: 'device', type: 'str', optional: false }, { name: 'numel', type: 'int', optional: false }, { name: 'mean', type: 'float', optional: true }, { name: 'std', type: 'float', optional: true }, { name: 'min', type: 'float', optional: true }, { name: 'max', type: 'float', optional: true }, { name: 'absmax', type: 'float', optional: true }, { name: 'norm', type: 'float', optional: true }, { name: 'nan', type: 'int', optional: false }, { name: 'posinf', type: 'int', optional: false }, { name: 'neginf', type: 'int', optional: false }, { name: 'zeroFrac', type: 'float', optional: true }, { name: 'hist', type: 'map', optional: true }, { name: 'note', type: 'str', optional: true }, { name: 'sampled', type: 'bool', optional: true }],
+  Condition: [{ name: 'kind', type: 'str', optional: false, of: 'ConditionKind' }, { name: 'threshold', type: 'float', optional: true }, { name: 'expression', type: 'str', optional: true }],
+  Resolution: [{ name: 'id', type: 'str', optional: false }, { name: 'layers', type: 'list', optional: false, of: 'str' }, { name: 'error', type: 'str', optional: true }],
+  ResolvedLayer: [{ name: 'model', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'cls', type: 'str', optional: false }],
+  InterventionInfo: [{ name: 'id', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: false }, { name: 'kind', type: 'str', optional: false, of: 'InterventionKind' }, { name: 'channels', type: 'list', optional: true, of: 'int' }, { name: 'value', type: 'float', optional: true }],
+  ErrorBody: [{ name: 'code', type: 'str', optional: false, of: 'ErrorCode' }, { name: 'message', type: 'str', optional: false }],
+  BreakpointSpec: [{ name: 'id', type: 'str', optional: false }, { name: 'layer', type: 'str', optional: true }, { name: 'cls', type: 'str', optional: true }, { name: 'file', type: 'str', optional: true }, { name: 'line', type: 'int', optional: true }, { name: 'phases', type: 'list', optional: false, of: 'Phase' }, { name: 'condition', type: 'map', optional: true, of: 'Condition' }, { name: 'hitCount', type: 'int', optional: true }, { name: 'every', type: 'int', optional: true }, { name: 'enabled', type: 'bool', optional: true }, { name: 'action', type: 'str', optional: true }],
+};
+/** The names of ENUMS (a string field's `of`; their values are checked where used). */
+export const ENUM_NAMES: readonly string[] = ['Phase', 'ConditionKind', 'InterventionKind', 'ErrorCode', 'View', 'NoticeLevel'];

@@ -2,11 +2,12 @@
 // Host -> webview: the whole panel view model, rendered pictures (image, note or error each).
 // Webview -> host: render requests, saving, interventions.
 
-import type { TensorSummary } from './messages.gen';
+import type { InterventionInfo, InterventionKind, NoticeLevel, TensorSummary, View } from './messages.gen';
 
 export type PanelStatus = 'notConnected' | 'waiting' | 'paused' | 'live';
 
-export type VisualKind = 'featureMap' | 'attention' | 'gradCam' | 'gradientFlow' | 'histogram';
+/** The views the panel's picture offers (protocol.VIEWS but 'tensor', which the Inspect view draws). */
+export type VisualKind = Exclude<View, 'tensor'>;
 
 export interface PanelTarget {
   processId: string;
@@ -16,16 +17,10 @@ export interface PanelTarget {
   cls?: string;
 }
 
-export interface PanelIntervention {
-  id: string;
-  layer: string;
-  kind: string;
-  channels?: number[];
-  value?: number;
-}
+export type PanelIntervention = InterventionInfo;
 
 export interface PanelNotice {
-  level: 'info' | 'warning' | 'error';
+  level: NoticeLevel;
   message: string;
   /** The debug session of the process it is about (a new session drops the ended ones'). */
   session?: string;
@@ -107,7 +102,7 @@ export type FromWebview =
   /** Render `visual` of the target; `tensors`: one picture each (featureMap, histogram), in order. */
   | { type: 'render'; seq: number; visual: VisualKind; options: Record<string, unknown>; tensors?: string[] }
   | { type: 'savePng' }
-  | { type: 'addIntervention'; kind: string; channels?: number[]; value?: number }
+  | { type: 'addIntervention'; kind: InterventionKind; channels?: number[]; value?: number }
   | { type: 'removeIntervention'; id: string }
   | { type: 'removeAllInterventions' }
   | { type: 'toggleBreakOnNonFinite' }

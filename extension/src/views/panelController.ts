@@ -9,7 +9,7 @@ import { Emitter } from '../common/events';
 import type { Logger, Tracer } from '../common/logger';
 import { RequestError } from '../backend/connection';
 import type { BackendHub } from '../backend/hub';
-import type { TensorSummary } from '../protocol/messages.gen';
+import type { InterventionKind, TensorSummary } from '../protocol/messages.gen';
 import type { PanelIntervention, PanelTarget, PanelView, VisualKind } from '../protocol/webview';
 import { initialPanelState, panelReducer, panelView, type PanelAction, type PanelState } from './panelState';
 
@@ -184,7 +184,7 @@ export class PanelController {
     return image;
   }
 
-  async addIntervention(kind: string, channels?: number[], value?: number, where?: { processId: string; model: string; layer: string }): Promise<string> {
+  async addIntervention(kind: InterventionKind, channels?: number[], value?: number, where?: { processId: string; model: string; layer: string }): Promise<string> {
     const t = where ?? this.state.target;
     if (!t || !t.layer) throw new Error('Select a layer first.');
     const result = await this.hub.request(t.processId, 'addIntervention', { layer: t.layer, kind, model: t.model, channels, value });

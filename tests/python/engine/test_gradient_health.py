@@ -8,7 +8,7 @@ from engine_models import hooks_left
 from torch import nn
 
 from hookscope.engine.core import Engine
-from hookscope.link.protocol import check_bounds
+from hookscope.link.bounds import check_bounds
 from hookscope.terminal.cli import build_parser
 
 

@@ -28,7 +28,7 @@ import pytest
 from reliability_support import ROOT, SmallNet, batches, hook_count, subprocess_env, train, wait_until
 
 from hookscope.link import agent as agent_mod
-from hookscope.link import codec, handshake, protocol
+from hookscope.link import bounds, codec, handshake, protocol
 from hookscope.link.agent import RequestBudget
 from hookscope.terminal.editor_link import EditorLink, RequestError
 
@@ -285,7 +285,7 @@ def test_huge_render_options_are_refused_with_a_clear_error(link, live_agent, vi
             {
                 "type": "setBreakpoints",
                 "breakpoints": [
-                    {"id": str(i), "layer": "x", "phases": ["forward"]} for i in range(protocol.MAX_BREAKPOINTS + 1)
+                    {"id": str(i), "layer": "x", "phases": ["forward"]} for i in range(bounds.MAX_BREAKPOINTS + 1)
                 ],
             },
             "breakpoints",
