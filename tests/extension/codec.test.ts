@@ -8,6 +8,7 @@ import {
   decodeBody,
   frameMessage,
   validate,
+  validateReply,
 } from '../../extension/src/protocol/codec';
 import { MAX_DEPTH, MAX_FRAME_BYTES, MESSAGE_SPECS } from '../../extension/src/protocol/messages.gen';
 import { proof, proofMatches } from '../../extension/src/protocol/handshake';
@@ -116,6 +117,25 @@ describe('codec: bounds and types', () => {
     assert.throws(() => validate({ type: 'hit' }), (e: unknown) => (e as ProtocolError).code === 'badMessage');
     assert.throws(() => validate({ type: 'toString' }), (e: unknown) => (e as ProtocolError).code === 'unknownType');
     assert.throws(() => validate([1, 2]), /must be a map/);
+  });
+});
+
+describe('codec: nested shapes and replies (mirror of test_protocol.py)', () => {
+  const summary = { path: 'output', shape: [2], dtype: 'float32', device: 'cpu', numel: 2, nan: 0, posinf: 0, neginf: 0 };
+  const event = { type: 'summaries', model: 'm', layer: 'fc', phase: 'forward', step: 0, tensors: [summary] };
+  it('checks struct fields inside lists and names the path', () => {
+    assert.equal(validate(event).type, 'summaries');
+    assert.throws(() => validate({ ...event, tensors: [{ ...summary, nan: '0' }] }), /'tensors'\[0\]\.nan must be int, got string/);
+    const { numel: _numel, ...withoutNumel } = summary;
+    assert.throws(() => validate({ ...event, tensors: [withoutNumel] }), /'tensors'\[0\]: missing field 'numel'/);
+    assert.throws(() => validate({ type: 'shapes', model: 'm', shapes: { fc: [2, 'x'] } }), /'shapes'\['fc'\]\[1\] must be int/);
+  });
+  it('checks a reply body against its request', () => {
+    assert.deepEqual(validateReply('watch', { layers: ['fc'] }), { layers: ['fc'] });
+    assert.throws(() => validateReply('watch', { layers: [3] }), /reply to watch: field 'layers'\[0\] must be str, got int/);
+    assert.throws(() => validateReply('setBreakpoints', { resolved: [{ id: 'bp' }] }),
+      /reply to setBreakpoints: field 'resolved'\[0\]: missing field 'layers'/);
+    assert.throws(() => validateReply('ping', [1]), /the body must be a map/);
   });
 });
 
