@@ -708,15 +708,17 @@ def _type_name(value: Any) -> str:
     return "nil" if value is None else type(value).__name__
 
 
-def _check_fields(where: str, msg: dict[str, Any], fields: tuple[Field, ...]) -> None:
-    """Each field present with its type, down to the leaves ``of`` names; errors name the field's path."""
+def _check_fields(where: str, msg: dict[str, Any], fields: tuple[Field, ...], deep: bool = True) -> None:
+    """Each field present with its type, down to the leaves ``of`` names (only the top level unless
+    ``deep``); errors name the field's path."""
     for f in fields:
         value = msg.get(f.name)
         if value is None:
             if f.optional:
                 continue
             raise ProtocolError(ERR_BAD_MESSAGE, f"{where}: missing field {f.name!r} ({f.type})")
-        _check_value(f"{where}: field {f.name!r}" if ":" not in where else f"{where}.{f.name}", value, f.type, f.of)
+        path = f"{where}: field {f.name!r}" if ":" not in where else f"{where}.{f.name}"
+        _check_value(path, value, f.type, f.of if deep else None)
 
 
 def _check_value(where: str, value: Any, type_: FieldType, of: str | None) -> None:
@@ -755,7 +757,9 @@ def validate(msg: Any) -> Message:
         raise ProtocolError(ERR_UNKNOWN_TYPE, f"unknown message type {mtype[:64]!r}")
     if definition.kind == "request" and not _check_type(msg.get("id"), "int"):
         raise ProtocolError(ERR_BAD_MESSAGE, f"request {mtype!r} needs an integer 'id'")
-    _check_fields(mtype, msg, definition.fields)
+    # Requests to the backend are checked at the top level (and by check_bounds): the engine answers a
+    # malformed breakpoint inside setBreakpoints in its 'resolved' entry, not by refusing the whole set.
+    _check_fields(mtype, msg, definition.fields, deep=definition.direction != "toBackend")
     if definition.kind == "request" and definition.direction == "toBackend":
         try:
             check_bounds(msg)

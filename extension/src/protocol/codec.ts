@@ -221,7 +221,8 @@ export function validate(message: unknown): MessageSpec & { type: string } {
   if (spec.kind === 'request' && !checkType(msg.id, 'int')) {
     throw new ProtocolError('badMessage', `request '${type}' needs an integer 'id'`);
   }
-  checkFields(type, msg, spec.fields);
+  // Requests to the backend: the top level only, as protocol.validate (the engine answers per breakpoint).
+  checkFields(type, msg, spec.fields, spec.direction !== 'toBackend');
   return { ...spec, type };
 }
 
@@ -234,14 +235,14 @@ export function validateReply(requestType: string, body: unknown): Record<string
 }
 
 /** Each field present with its type, down to the leaves `of` names; errors name the field's path. */
-function checkFields(where: string, msg: Record<string, unknown>, fields: readonly FieldSpec[]): void {
+function checkFields(where: string, msg: Record<string, unknown>, fields: readonly FieldSpec[], deep = true): void {
   for (const field of fields) {
     const value = Object.prototype.hasOwnProperty.call(msg, field.name) ? msg[field.name] : undefined;
     if (value === undefined || value === null) {
       if (field.optional) continue;
       throw new ProtocolError('badMessage', `${where}: missing field '${field.name}' (${field.type})`);
     }
-    checkValue(where.includes(':') ? `${where}.${field.name}` : `${where}: field '${field.name}'`, value, field.type, field.of);
+    checkValue(where.includes(':') ? `${where}.${field.name}` : `${where}: field '${field.name}'`, value, field.type, deep ? field.of : undefined);
   }
 }
 
