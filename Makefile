@@ -78,7 +78,7 @@ test: setup build lint test-python test-ts test-e2e
 lint: setup-python
 	$(PY) -m ruff check backend tests bench examples
 	$(PY) -m ruff format --check backend tests bench examples
-	$(PY) -m mypy backend/hookscope/hooks
+	$(PY) -m mypy
 
 test-python: setup-python
 	$(PY) -m pytest -q

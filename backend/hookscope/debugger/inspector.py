@@ -119,7 +119,8 @@ def answer(request: dict) -> dict:
             ERR_NOT_AVAILABLE, "that value is no longer held (the program resumed): show it again while paused"
         )
     tensor, path = entry
-    label = request.get("expression") if isinstance(request.get("expression"), str) else path
+    expression = request.get("expression")
+    label = expression if isinstance(expression, str) else path
     options = request.get("options") or {}
     if not isinstance(options, dict):
         raise ProtocolError(ERR_BAD_MESSAGE, "inspectValue options must be a map")
@@ -189,7 +190,7 @@ def _slice(tensor: Any, options: dict) -> dict[str, Any]:
     if x.dim() < 2:
         plane = x.reshape(1, -1)
         image = visuals.tensor_image(x, cmap=cmap)
-        row, col, positions = 0, 1, {}
+        row, col, positions = 0, 1, dict[int, int]()
     else:
         row, col, positions = plane_selector(shape, options.get("axes"), options.get("index"))
         image = visuals.tensor_image(x, axes=(row, col), index={a: p for a, p in positions.items()}, cmap=cmap)

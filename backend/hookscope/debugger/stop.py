@@ -136,7 +136,7 @@ def _at_nan_origin(event: HookEvent, values: dict[str, Any], hidden: Callable[[A
     """
     origin = event.extra.get("nan_origin")
     location = getattr(getattr(origin, "site", None), "location", None)
-    if location is None:
+    if origin is None or location is None:
         return None
     shown = {k: v for k, v in origin.site.frame_locals.items() if k.isidentifier() and not keyword.iskeyword(k)}
     for name, value in values.items():

@@ -244,7 +244,8 @@ class _ContainerLine:
 
     def text(self, value: Any, depth: int) -> str:
         kind = type(value)
-        opening, closing = {tuple: "()", list: "[]", dict: "{}"}[kind]
+        brackets: dict[type, tuple[str, str]] = {tuple: ("(", ")"), list: ("[", "]"), dict: ("{", "}")}
+        opening, closing = brackets[kind]
         if depth > CONTAINER_DEPTH:
             return f"{opening}…{len(value)}{closing}"
         if kind is dict:

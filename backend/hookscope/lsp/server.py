@@ -71,7 +71,8 @@ class PlainResult:
 
 
 class HookscopeProtocol(LanguageServerProtocol):
-    def get_message_type(self, method: str) -> type[Any] | None:
+    # pygls declares the base method through functools.lru_cache, a wrapper type no plain method matches
+    def get_message_type(self, method: str) -> type[Any] | None:  # type: ignore[override]
         if method == LIVE_SUMMARIES:
             return RawNotification
         return super().get_message_type(method)

@@ -132,7 +132,8 @@ def _labelled(planes: list[Tensor], names: list[str], labels: Any, cmap: str, me
     set_margins(fig, label_in, label_in, top_in=0.3, wspace=label_in / side, hspace=(label_in + 0.3) / side)
     import matplotlib
 
-    cm = matplotlib.colormaps[cmap].with_extremes(bad=np.array(colormap.MARKER_COLOURS["nan"]) / 255.0)
+    red, green, blue = colormap.MARKER_COLOURS["nan"]
+    cm = matplotlib.colormaps[cmap].with_extremes(bad=(red / 255.0, green / 255.0, blue / 255.0))
     for i, (plane, name) in enumerate(zip(data, names)):
         ax = fig.add_subplot(rows, cols, i + 1)
         shown = np.where(np.isposinf(plane), vmax, np.where(np.isneginf(plane), 0.0, plane))

@@ -63,7 +63,7 @@ def mha_weights(module: nn.MultiheadAttention, args: tuple, kwargs: dict[str, An
     if module.batch_first and is_batched:
         query, key, value = (x.transpose(1, 0) for x in (query, key, value))
     m = module
-    separate = (
+    separate: dict[str, Any] = (
         {}
         if m._qkv_same_embed_dim
         else {

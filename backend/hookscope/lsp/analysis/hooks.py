@@ -135,7 +135,11 @@ def find_registrations(index: TreeIndex) -> list[HookRegistration]:
 
 def _index_functions(index: TreeIndex) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
     by_name: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
-    for node in index.of(ast.FunctionDef, ast.AsyncFunctionDef):
+    functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
+        *index.of(ast.FunctionDef),
+        *index.of(ast.AsyncFunctionDef),
+    ]
+    for node in functions:
         by_name.setdefault(node.name, []).append(node)
     return by_name
 

@@ -279,7 +279,10 @@ class LayerFinder:
         parents = self.index.parents
         layers_of: dict[str, dict[str, LayerDefinition]] = {}
         names_of: dict[int, dict[str, Target]] = {}
-        entries = {(d.owner, d.path): d for d in self.definitions if d.owner is not None}
+        # keyed by (owner, path); a lookup with an owner of None simply misses
+        entries: dict[tuple[str | None, str], LayerDefinition] = {
+            (d.owner, d.path): d for d in self.definitions if d.owner is not None
+        }
         for node in self.index.of(ast.Call):
             func = node.func
             if not isinstance(func, (ast.Attribute, ast.Name, ast.Subscript)):

@@ -179,7 +179,7 @@ def hooks_on_all_modules(analysis: DocumentAnalysis, registrations: list[HookReg
 
 def _module_loop(analysis: DocumentAnalysis, receiver: ast.Name):
     iterable = _loop_iterable_of(analysis, receiver)
-    if _iterator_method(iterable) not in MODULE_ITERATORS:
+    if iterable is None or _iterator_method(iterable) not in MODULE_ITERATORS:
         return None
     parent = analysis.parent(iterable)  # the For or the comprehension generator
     target = parent.target if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)) else None

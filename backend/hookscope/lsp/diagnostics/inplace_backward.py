@@ -83,12 +83,10 @@ class InPlaceChecker:
         params = [a.arg for a in forward.args.posonlyargs + forward.args.args][1:]
         live = set(params)
         for statement in forward.body:
-            use = self.first_inplace_use(
-                statement, lambda e, live=live: isinstance(e, ast.Name) and e.id in live, module_class
-            )
+            use = self.first_inplace_use(statement, lambda e: isinstance(e, ast.Name) and e.id in live, module_class)
             if use is not None:
                 return use
-            live -= _assigned_names(statement)
+            live.difference_update(_assigned_names(statement))  # in place: the lambda above reads this set
             if not live:
                 return None
         return None
@@ -251,8 +249,8 @@ def _problem_for_receiver(
         ):
             root = _resolve_module(analysis, iterable.func.value, registration.call)
             layers = _layers_under(analysis, root) if root is not None else []
-            for layer in layers:
-                use = checker.layer_modifies_input(layer)
+            for member in layers:
+                use = checker.layer_modifies_input(member)
                 if use is not None:
                     return f"every module of {analysis.positions.text(iterable.func.value)}", "it includes", use
             return None
