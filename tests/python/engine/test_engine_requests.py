@@ -162,12 +162,12 @@ def test_the_layers_of_a_model_are_sampled_in_the_same_steps(setup):
 
 def fake_engine_clock(monkeypatch) -> list[float]:
     """The engine's clocks (monotonic and perf_counter) read ``now[0]``, which the test moves on."""
-    from hookscope.engine import core as engine_mod
+    from hookscope.engine import step_hooks, watches
 
     now = [1000.0]
-    monkeypatch.setattr(
-        engine_mod, "time", types.SimpleNamespace(monotonic=lambda: now[0], perf_counter=lambda: now[0])
-    )
+    clock = types.SimpleNamespace(monotonic=lambda: now[0], perf_counter=lambda: now[0])
+    for engine_mod in (watches, step_hooks):  # the modules of the engine that read the clock
+        monkeypatch.setattr(engine_mod, "time", clock)
     return now
 
 
