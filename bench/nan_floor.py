@@ -139,12 +139,12 @@ def main() -> None:
         f"Break on NaN/Inf on the stack of ten, {where}: median of {ROUNDS * BLOCK_STEPS} steps per line, "
         "configurations taking turns; each line adds one part to the one above"
     )
-    print(f"{'configuration':52} {'step ms':>8} {'ratio':>7} {'added µs':>9}")
+    print(f"{'configuration':52} {'step ms':>8} {'÷ nothing':>9} {'added µs':>9}")
     previous = base
     for name, samples in times.items():
         median = statistics.median(samples)
         added = "" if name in ("nothing", "Hookscope's sentinel") else f"{(median - previous) * 1e6:+9.0f}"
-        print(f"{name:52} {median * 1e3:8.3f} {median / base:6.3f}× {added:>9}")
+        print(f"{name:52} {median * 1e3:8.3f} {median / base:8.3f}× {added:>9}")
         if name != "Hookscope's sentinel":
             previous = median
 

@@ -57,7 +57,8 @@ EDITOR_LATENCY_METHOD = (
     "(`make bench-editor`). Every timestamp is this machine's wall clock in ms, taken where the thing "
     "happens: the training script's own forward pre-hook on the watched layer (the hook firing), a "
     "MutationObserver in the Tensors panel's webview or in the workbench page (the DOM change; the "
-    "paint follows within a frame), and the extension's trace line for a layer breakpoint's hit. The "
+    "paint follows within a frame), and the extension's trace line for a layer breakpoint's hit (the "
+    "debuggee sent it under 5 ms before: `latency.py`'s hit row). The "
     "model steps every ~25 ms; images refresh at most once a second while running, by design, and that "
     "wait is part of the image row."
 )
@@ -71,6 +72,25 @@ EXTRAS = (
     EDITOR_LATENCY,
 )
 """The side benchmarks, in the order RESULTS.md shows them."""
+RATIO_TO_DEBUGPY = "step time, and ÷ 'under debugpy, no Hookscope' of this run"
+PER_LAYER_VS_DEBUGPY = "µs per layer per step: (row − 'under debugpy, no Hookscope') ÷ N layers"
+RATIO_TO_IDLE = "step time, and ÷ 'Hookscope connected, nothing watched' of the same rounds"
+PER_LAYER_VS_IDLE = "µs per layer per step: (configuration − 'nothing watched') ÷ N layers"
+"""Each table's one denominator, said in its header."""
+SIDE_NOTES = {
+    "latency.py": (
+        "Against a Python stand-in for the editor (`EditorLink`) in the bench's process, no VS Code: "
+        "ms from the hook to the frame at the stand-in, the link's own share of the editor latency below."
+    ),
+    "nan_floor.py": "Plain Python; the ratio column divides by the line 'nothing' of the same rounds.",
+    "render_bench.py": "Absolute times of the backend's renderers, no ratio.",
+    "lsp_bench.py": "Absolute times of the language server's replies over its stdio, no ratio.",
+    "variables_bench.py": "Absolute times of DAP 'variables' replies from debugpy, no ratio.",
+    NAN_FLOOR_DEBUGPY: "Under debugpy; the ratio column divides by the line 'nothing' of the same rounds.",
+}
+"""What each side benchmark measures against, shown above its output."""
+HISTORY = HERE / "HISTORY.md"
+"""How these figures came to be (earlier runs, what changed): appended to RESULTS.md as written."""
 LABELS = {
     "plain": "plain Python, no debugger",
     "debugpy": "under debugpy, no Hookscope",
@@ -339,8 +359,8 @@ def render_markdown(
         f"Date {datetime.date.today().isoformat()}; machine: {platform.machine()}, {os.cpu_count()} CPUs, "
         f"{platform.platform()}; measured on {measured}; {versions(args.python)}.",
         f"Median of {args.steps} steps after {args.warmup} warm-up steps (forward + backward + optimizer "
-        "step), one intra-op thread. Ratios divide by the row 'under debugpy, no Hookscope' measured in the same run; "
-        "the ratio to plain Python is in brackets.",
+        "step), one intra-op thread. Each table divides by one denominator, named in its header; the "
+        "development history of these figures is at the end.",
     ]
     if not others:
         lines.append("No CUDA device was present: CPU rows only.")
@@ -358,15 +378,15 @@ def render_markdown(
         if name == EDITOR_LATENCY:  # a Markdown table of its own
             lines += ["", f"## {name}", "", EDITOR_LATENCY_METHOD, "", text]
             continue
-        lines += ["", f"## {name}", "", "```", text, "```"]
+        lines += ["", f"## {name}", "", SIDE_NOTES[name], "", "```", text, "```"]
+    lines += ["", HISTORY.read_text(encoding="utf-8").strip()]
     return "\n".join(lines) + "\n"
 
 
 def device_tables(rows: dict, models: list[str], heading: str, memory: bool = True) -> list[str]:
     """The row table, the cost per layer, the side-by-side tables and (optionally) memory, for one device."""
     base = rows.get("debugpy")
-    plain = rows.get("plain")
-    lines = ["", "| row | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    lines = ["", f"| row · {RATIO_TO_DEBUGPY} | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     for mode, row in rows.items():
         if mode == SIDE_BY_SIDE_MODE:
             continue
@@ -377,17 +397,15 @@ def device_tables(rows: dict, models: list[str], heading: str, memory: bool = Tr
                 continue
             t = row["results"][model]["median_s"]
             cell = f"{t * 1e3:.2f} ms"
-            if isinstance(base, dict) and mode != "plain":
+            if isinstance(base, dict):
                 cell += f" · **{t / base['results'][model]['median_s']:.2f}×**"
-            if isinstance(plain, dict):
-                cell += f" ({t / plain['results'][model]['median_s']:.2f}×)"
             cells.append(cell)
         lines.append(f"| {LABELS[mode]} | " + " | ".join(cells) + " |")
     lines += [
         "",
         f"{heading} Cost per watched layer (stack of N small layers)",
         "",
-        "| row | µs per layer per step, N=10 | N=100 | N=1000 |",
+        f"| row · {PER_LAYER_VS_DEBUGPY} | N=10 | N=100 | N=1000 |",
         "|---|---|---|---|",
     ]
     if isinstance(base, dict):
@@ -410,7 +428,7 @@ def device_tables(rows: dict, models: list[str], heading: str, memory: bool = Tr
             "",
             f"{heading} Memory",
             "",
-            "| row | peak RSS | tensors alive after the run (not parameters) |",
+            "| row · absolute, no ratio | peak RSS | tensors alive after the run (not parameters) |",
             "|---|---|---|",
         ]
         for mode, row in rows.items():
@@ -438,7 +456,7 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
     ]
     if isinstance(row, str):
         return lines + [row]
-    lines += ["| configuration | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    lines += [f"| configuration · {RATIO_TO_IDLE} | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     for config in SIDE_BY_SIDE:
         cells = []
         for model in models:
@@ -455,7 +473,7 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
     if stacks:
         lines += [
             "",
-            "| µs per layer per step (side by side) | " + " | ".join(stacks) + " |",
+            f"| configuration · {PER_LAYER_VS_IDLE} | " + " | ".join(stacks) + " |",
             "|---|" + "---|" * len(stacks),
         ]
         for config in SIDE_BY_SIDE[1:]:
