@@ -136,7 +136,9 @@ def run_row(
         str(out),
     ]
     if mode == "plain":
-        subprocess.run([python, *worker], check=True, cwd=HERE)
+        proc = subprocess.run([python, *worker], cwd=HERE, capture_output=True, text=True)
+        if proc.returncode or not out.exists():
+            raise RuntimeError(f"the worker exited with {proc.returncode} and {no_results(proc.stderr)}")
         return json.loads(out.read_text())
     link = EditorLink() if mode.startswith("hookscope") else None
     env = {}
@@ -206,8 +208,14 @@ def under_debugpy(
         dap.close()
     if not out_file_written(command):
         # the program died: its traceback is what the results page needs, not a missing file
-        raise RuntimeError("the worker wrote no results; its stderr ended with:\n" + "".join(errors)[-2000:].strip())
+        raise RuntimeError(f"the worker under debugpy ended and {no_results(''.join(errors))}")
     return "".join(printed)
+
+
+def no_results(stderr: str) -> str:
+    """Why a process's results are missing, for the results page: the end of its stderr (its traceback)."""
+    tail = stderr.strip()[-2000:]
+    return "wrote no results; its stderr ended with:\n" + tail if tail else "wrote no results and nothing on stderr"
 
 
 def out_file_written(command: list[str]) -> bool:
@@ -232,7 +240,7 @@ def extra(script: str, python: str) -> str:
         return f"(`bench/{script}` is missing)"
     proc = subprocess.run([python, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     if proc.returncode:
-        return f"(`bench/{script}` failed: {proc.stderr.strip().splitlines()[-1:]})"
+        return f"bench/{script} failed (exit {proc.returncode}) and {no_results(proc.stderr)}"
     return proc.stdout.strip()
 
 
@@ -393,7 +401,9 @@ def device_tables(rows: dict, models: list[str], heading: str, memory: bool = Tr
         cells = []
         for model in models:
             if isinstance(row, str):
-                cells.append(row if model == models[0] else "")
+                cells.append(
+                    row.splitlines()[0] + (" (stderr below)" if "\n" in row else "") if model == models[0] else ""
+                )
                 continue
             t = row["results"][model]["median_s"]
             cell = f"{t * 1e3:.2f} ms"
@@ -422,6 +432,9 @@ def device_tables(rows: dict, models: list[str], heading: str, memory: bool = Tr
                 else:
                     cells.append("–")
             lines.append(f"| {LABELS[mode]} | " + " | ".join(cells) + " |")
+    for mode, row in rows.items():  # a failed row's traceback, where a table cell cannot hold it
+        if isinstance(row, str) and "\n" in row and mode != SIDE_BY_SIDE_MODE:
+            lines += ["", f"{LABELS[mode]}:", "", "```", row, "```"]
     lines += side_by_side_markdown(rows.get(SIDE_BY_SIDE_MODE), models, heading)
     if memory:
         lines += [
@@ -455,7 +468,7 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
         "",
     ]
     if isinstance(row, str):
-        return lines + [row]
+        return lines + ["```", row, "```"]
     lines += [f"| configuration · {RATIO_TO_IDLE} | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     for config in SIDE_BY_SIDE:
         cells = []

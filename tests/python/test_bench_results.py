@@ -63,3 +63,35 @@ def test_each_table_names_one_denominator_and_history_closes_the_page(run_py, mo
     assert run_py.SIDE_NOTES["latency.py"] in text
     assert text.rstrip().endswith(run_py.HISTORY.read_text(encoding="utf-8").strip())
     assert text.index("## Development history") > text.index(f"## {run_py.EDITOR_LATENCY}")
+
+
+def test_a_plain_worker_that_dies_puts_its_traceback_in_its_row(run_py, tmp_path) -> None:
+    args = argparse.Namespace(steps=1, warmup=0)
+    with pytest.raises(RuntimeError, match=r"(?s)wrote no results; its stderr ended with:.*no-such-model"):
+        run_py.run_row("plain", sys.executable, ["no-such-model"], args, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_under_debugpy_puts_its_traceback_in_its_row(run_py, tmp_path) -> None:
+    """The side-by-side row's path: the worker dies under the debug adapter, before any results."""
+    worker = [str(BENCH / "worker.py"), "--models", "no-such-model", "--out", str(tmp_path / "out.json")]
+    with pytest.raises(RuntimeError, match=r"(?s)under debugpy ended and wrote no results.*no-such-model"):
+        run_py.under_debugpy(sys.executable, worker, {}, timeout=120)
+
+
+def test_a_failed_row_keeps_the_table_whole_and_shows_its_stderr_below(run_py, monkeypatch) -> None:
+    monkeypatch.setattr(run_py, "versions", lambda python: "versions")
+    models = ["cnn"]
+    rows = {
+        "debugpy": fake_row("debugpy", models, 0.008),
+        "hookscope-idle": "failed: RuntimeError: the worker wrote no results; its stderr ended with:\nTraceback\nBoom",
+        run_py.SIDE_BY_SIDE_MODE: "failed: RuntimeError: worker died\nTraceback\nBang",
+    }
+    args = argparse.Namespace(steps=20, warmup=5, python=sys.executable)
+    text = run_py.render_markdown({"cpu": rows}, {"cpu": "x86"}, models, args, {})
+    idle = run_py.LABELS["hookscope-idle"]
+    assert (
+        f"| {idle} | failed: RuntimeError: the worker wrote no results; its stderr ended with: (stderr below) |" in text
+    )
+    assert f"{idle}:\n\n```\nfailed: RuntimeError" in text and "Traceback\nBoom\n```" in text
+    assert "Traceback\nBang\n```" in text
