@@ -155,6 +155,10 @@ describe('editor latency (bench)', function () {
     await dbg.waitForVariable(/^output\b/);
     await observe(workbench.page, { rows: '.monaco-list-row' }, 'Variables');
     const stopLatencies: number[] = [];
+    // where a stop's time goes, from the extension's trace of the DAP traffic (dap.request/dap.reply)
+    const toScopes: number[] = []; // hit → the workbench asks for the frame's scopes
+    const adapter: number[] = []; // that request → the last `variables` reply before the row was drawn
+    const toDom: number[] = []; // that reply → the row in the DOM
     for (let i = 0; i < STOPS; i++) {
       mark = trace.mark();
       await dbg.continue(false);
@@ -163,8 +167,19 @@ describe('editor latency (bench)', function () {
       const shown = await waitFor(`the Variables view to show output after stop ${i + 1}`, async () =>
         (await samples(workbench.page)).find((s) => s.t >= hitAt && /(^|\| )output\b/.test(s.parts.rows)), { timeoutMs: 30_000 });
       stopLatencies.push(shown.t - hitAt);
+      const traffic = trace.read().slice(mark).filter((e) => Number(e.t) >= hitAt && Number(e.t) <= shown.t);
+      const scopes = traffic.find(isEvent('dap.request', { command: 'scopes' }));
+      const reply = traffic.filter(isEvent('dap.reply', { command: 'variables' })).pop();
+      if (scopes && reply) {
+        toScopes.push(Number(scopes.t) - hitAt);
+        adapter.push(Number(reply.t) - Number(scopes.t));
+        toDom.push(shown.t - Number(reply.t));
+      }
     }
     results.push(row('stop → Variables view shows the layer\'s `output` (hit at the extension → row in the DOM)', stopLatencies));
+    results.push(row('… hit → the workbench requests the frame\'s `scopes` (VS Code: the call stack, then its Variables view waits 400 ms after a stop, against flashing)', toScopes));
+    results.push(row('… `scopes` request → the `variables` reply (debugpy and Hookscope\'s values of the frame\'s tensors)', adapter));
+    results.push(row('… `variables` reply → the row in the DOM (the workbench draws it)', toDom));
 
     // (a) hook → panel while running: the panel stays on probe after its breakpoint goes
     await panel.show();

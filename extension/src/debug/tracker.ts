@@ -18,6 +18,10 @@ const HIT_MATCH_WINDOW_MS = 10000;
 const LATE_HIT_WINDOW_MS = 2000;
 
 const RESUMING_REQUESTS = new Set(['continue', 'next', 'stepIn', 'stepOut', 'reverseContinue', 'stepBack', 'goto']);
+/** The requests and replies that fill the Call Stack and Variables views after a stop: when each
+ * passes is traced (opt-in trace only), so a stop's time to a filled Variables view splits into the
+ * adapter's part and the workbench's (bench/editor/latency.bench.ts). */
+const VIEW_FILLING_REPLIES = new Set(['stackTrace', 'scopes', 'variables']);
 
 interface DapMessage {
   type: string;
@@ -81,6 +85,9 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
     return {
       onDidSendMessage: (message: DapMessage) => this.onAdapterMessage(session, key, message),
       onWillReceiveMessage: (message: DapMessage) => {
+        if (message.type === 'request' && VIEW_FILLING_REPLIES.has(message.command ?? '')) {
+          this.log.event('dap.request', { session: key, command: message.command });
+        }
         // The user pressed Continue/Step: the paused process runs again (debugpy may not send `continued`).
         if (message.type === 'request' && RESUMING_REQUESTS.has(message.command ?? '')) {
           this.recentHits.delete(key);
@@ -96,6 +103,10 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
     if (message.type === 'response' && message.command === 'configurationDone' && message.success) {
       const injection = session.configuration[ATTACH_PROPERTY] as AttachInjection | undefined;
       if (injection) void this.startAgentInAttachedProcess(session, injection);
+      return;
+    }
+    if (message.type === 'response' && VIEW_FILLING_REPLIES.has(message.command ?? '')) {
+      this.log.event('dap.reply', { session: key, command: message.command });
       return;
     }
     if (message.type !== 'event') return;
