@@ -58,9 +58,11 @@ EDITOR_LATENCY_METHOD = (
     "happens: the training script's own forward pre-hook on the watched layer (the hook firing), a "
     "MutationObserver in the Tensors panel's webview or in the workbench page (the DOM change; the "
     "paint follows within a frame), and the extension's trace line for a layer breakpoint's hit (the "
-    "debuggee sent it under 5 ms before: `latency.py`'s hit row). The "
-    "model steps every ~25 ms; images refresh at most once a second while running, by design, and that "
-    "wait is part of the image row."
+    "debuggee sent it under 5 ms before: `latency.py`'s hit row). The rows starting with … split the "
+    "stop row at the DAP requests and replies the extension's trace records as they pass (`dap.request`, "
+    "`dap.reply`). The model steps every ~25 ms; images refresh at most once a second while running, by "
+    "design, and that wait is part of the image row. Node's, Python's and Chromium's clocks are the same "
+    "wall clock here: one machine."
 )
 EXTRAS = (
     "latency.py",
