@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookscope.hooks.mha_call import MHA_ARGS
 from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
 
 from .capture import detach_tree, first_tensor
@@ -33,17 +34,6 @@ from .hookset import HookSet
 from .select import LayerSpec, select_modules
 
 Tensor = torch.Tensor
-
-_MHA_ARGS = (
-    "query",
-    "key",
-    "value",
-    "key_padding_mask",
-    "need_weights",
-    "attn_mask",
-    "average_attn_weights",
-    "is_causal",
-)
 
 
 class AttentionCapture(Mapping[str, Tensor]):
@@ -86,7 +76,7 @@ class AttentionCapture(Mapping[str, Tensor]):
                 return None
             call = dict(kwargs)
             if len(args) > 3:  # move positional options into kwargs so they can be overridden
-                call.update(zip(_MHA_ARGS[3:], args[3:]))
+                call.update(zip(MHA_ARGS[3:], args[3:]))
                 args = args[:3]
             asked.append((bool(call.get("need_weights", True)), bool(call.get("average_attn_weights", True))))
             call["need_weights"] = True

@@ -33,6 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from hookscope.hooks.mha_call import MHA_ARGS
+
 Tensor = torch.Tensor
 
 KINDS = ("zero_channels", "scale", "mean_ablate", "input_noise")
@@ -286,17 +288,6 @@ def _noise_inputs(iv: _Active, module: nn.Module, args: tuple[Any, ...]) -> tupl
 
 # -------------------------------------------- removing heads of nn.MultiheadAttention
 
-_MHA_ARGS = (
-    "query",
-    "key",
-    "value",
-    "key_padding_mask",
-    "need_weights",
-    "attn_mask",
-    "average_attn_weights",
-    "is_causal",
-)
-
 
 def _zero_heads(
     iv: _Active, module: nn.MultiheadAttention, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -306,7 +297,7 @@ def _zero_heads(
     The attention output is ``concat(head_0..head_H) @ W_o^T + b``; zeroing
     columns of ``W_o`` that read head h removes exactly that head's
     contribution. The weights the module returns are left as computed."""
-    call = dict(zip(_MHA_ARGS, args))
+    call = dict(zip(MHA_ARGS, args))
     call.update(kwargs)
     assert iv.channels is not None
     head_dim = module.embed_dim // module.num_heads

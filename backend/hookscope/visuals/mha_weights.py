@@ -19,24 +19,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hookscope.hooks.mha_call import MHA_ARGS
+
 Tensor = torch.Tensor
 
-_MHA_ARGS = (
-    "query",
-    "key",
-    "value",
-    "key_padding_mask",
-    "need_weights",
-    "attn_mask",
-    "average_attn_weights",
-    "is_causal",
-)
 """``nn.MultiheadAttention.forward``'s parameters in order (positional calls map onto these)."""
 
 
 def mha_weights(module: nn.MultiheadAttention, args: tuple, kwargs: dict[str, Any]) -> Tensor:
     """(N, H, L, S) weights of the call ``module(*args, **kwargs)`` ((H, L, S) for unbatched input)."""
-    call = dict(zip(_MHA_ARGS, args))
+    call = dict(zip(MHA_ARGS, args))
     call.update(kwargs)
     query = call.get("query")
     if not isinstance(query, Tensor):
