@@ -17,10 +17,14 @@ $(VENV)/.stamp: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# Node: the extension's build and test tools.
-setup-node: node_modules/.stamp
+# Node: the extension's build and test tools, and ESLint in its own folder (extension/eslint:
+# typescript-eslint reads the code with TypeScript 5.9; the extension builds with TypeScript 7).
+setup-node: node_modules/.stamp extension/eslint/node_modules/.stamp
 node_modules/.stamp: package.json package-lock.json
 	$(NPM) ci --no-audit --no-fund
+	touch $@
+extension/eslint/node_modules/.stamp: extension/eslint/package.json extension/eslint/package-lock.json
+	$(NPM) ci --prefix extension/eslint --no-audit --no-fund
 	touch $@
 
 build: setup
@@ -73,12 +77,14 @@ studio: package
 
 test: setup build lint test-python test-ts test-e2e
 
-# ruff (lint + format), mypy (strict on the hook primitives that run in the user's process), and the
-# TypeScript typecheck of the extension host and the webview each on its own (test-ts runs it).
-lint: setup-python
+# ruff (lint + format), mypy (strict on the hook primitives that run in the user's process), ESLint
+# with type-aware rules (the extension host, the webview and the unit tests, each with its own
+# tsconfig), and the TypeScript typecheck of the host and the webview each on its own (test-ts runs it).
+lint: setup
 	$(PY) -m ruff check backend tests bench examples
 	$(PY) -m ruff format --check backend tests bench examples
 	$(PY) -m mypy
+	extension/eslint/node_modules/.bin/eslint -c extension/eslint/eslint.config.mjs extension/src extension/webview tests/extension
 
 test-python: setup-python
 	$(PY) -m pytest -q

@@ -56,6 +56,18 @@ function toUri(uri: string | vscode.Uri): vscode.Uri {
 
 const PHASE_CHOICES = new Set(['forward', 'backward', 'both']);
 
+/** A command whose failure is logged with its stack and shown to the user, not lost in a rejected promise. */
+export function registerReporting(id: string, fn: (...args: unknown[]) => unknown, log: ExtensionLog): vscode.Disposable {
+  return vscode.commands.registerCommand(id, async (...args: unknown[]) => {
+    try {
+      await fn(...args);
+    } catch (err) {
+      log.error(`${id} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+      void vscode.window.showErrorMessage(`Hookscope: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  });
+}
+
 export function registerCommands(s: CommandServices): vscode.Disposable[] {
   const { hub, breakpoints, layers, panel, tensors, python, log } = s;
 
@@ -106,15 +118,7 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
     await setBreakOnNonFiniteSetting(on); // the configuration listener in extension.ts applies it
   };
 
-  const cmd = (id: string, fn: (...args: unknown[]) => unknown) =>
-    vscode.commands.registerCommand(id, async (...args: unknown[]) => {
-      try {
-        await fn(...args);
-      } catch (err) {
-        log.error(`${id} failed: ${(err as Error).stack ?? err}`);
-        void vscode.window.showErrorMessage(`Hookscope: ${(err as Error).message}`);
-      }
-    });
+  const cmd = (id: string, fn: (...args: unknown[]) => unknown) => registerReporting(id, fn, log);
 
   const toggleLayerPhase = (node: LayerNode, phase: 'forward' | 'backward') => {
     if (node.layer === undefined) return;

@@ -6,7 +6,7 @@ import { BackendHub } from './backend/hub';
 import { InstancePicker } from './breakpoints/instancePicker';
 import { LayerBreakpointManager } from './breakpoints/manager';
 import { LayerBreakpointsView } from './breakpoints/treeView';
-import { registerCommands } from './commands';
+import { registerCommands, registerReporting } from './commands';
 import { ExtensionLog } from './common/log';
 import {
   affects, breakOnNonFiniteSetting, gradientThresholdsSetting, runCompiledEagerlySetting, setRunCompiledEagerlySetting, summaryRateHz, traceFileSetting,
@@ -31,7 +31,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     return d;
   };
   const log = push(new ExtensionLog(traceFileSetting()));
-  log.event('activated', { version: context.extension.packageJSON.version as string, vscode: vscode.version });
+  log.event('activated', { version: (context.extension.packageJSON as { version: string }).version, vscode: vscode.version });
 
   const hub = new BackendHub({ log, trace: log });
   push({ dispose: () => hub.dispose() });
@@ -58,14 +58,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   // "Show in Hookscope": a tensor of any paused frame in the Tensors panel.
   const inspect = push(new InspectController(hub, tracker, tensors, log));
   tensors.setInspectHandler((m) => inspect.onWebviewMessage(m));
-  const inspectCommand = (id: string, fn: (arg: unknown) => Promise<void>) => push(vscode.commands.registerCommand(id, async (arg: unknown) => {
-    try {
-      await fn(arg);
-    } catch (err) {
-      log.error(`${id} failed: ${(err as Error).stack ?? err}`);
-      void vscode.window.showErrorMessage(`Hookscope: ${(err as Error).message}`);
-    }
-  }));
+  const inspectCommand = (id: string, fn: (arg: unknown) => Promise<void>) => push(registerReporting(id, fn, log));
   inspectCommand(Commands.showInHookscope, (arg) => inspect.showVariable(arg));
   inspectCommand(Commands.showExpressionInHookscope, () => inspect.showExpression());
 

@@ -48,7 +48,7 @@ function shapeText(v: unknown): string {
 export function nonFiniteText(v: unknown): string | undefined {
   const c = (v ?? {}) as Record<string, unknown>;
   const parts = ([['nan', 'NaN'], ['posinf', '+Inf'], ['neginf', '-Inf']] as const)
-    .filter(([k]) => typeof c[k] === 'number' && (c[k] as number) > 0)
+    .filter(([k]) => typeof c[k] === 'number' && (c[k]) > 0)
     .map(([k, label]) => `${c[k] as number} ${label}`);
   return parts.length ? parts.join(' · ') : undefined;
 }

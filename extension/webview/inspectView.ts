@@ -48,13 +48,13 @@ export class InspectView {
     });
     const mode = part('inspect-mode', el('select', { 'aria-label': 'Inspect view' },
       el('option', { value: 'slice', text: 'Slice' }), el('option', { value: 'featureMap', text: 'Feature maps (N, C, H, W)' })));
-    mode.addEventListener('change', () => this.dispatch({ type: 'mode', mode: (mode as HTMLSelectElement).value as 'slice' | 'featureMap' }));
+    mode.addEventListener('change', () => this.dispatch({ type: 'mode', mode: (mode).value as 'slice' | 'featureMap' }));
     const rowAxis = part('inspect-axis-row', el('select', { 'aria-label': 'Rows axis' }));
     const colAxis = part('inspect-axis-col', el('select', { 'aria-label': 'Columns axis' }));
-    rowAxis.addEventListener('change', () => this.dispatch({ type: 'axis', which: 0, axis: Number((rowAxis as HTMLSelectElement).value) }));
-    colAxis.addEventListener('change', () => this.dispatch({ type: 'axis', which: 1, axis: Number((colAxis as HTMLSelectElement).value) }));
+    rowAxis.addEventListener('change', () => this.dispatch({ type: 'axis', which: 0, axis: Number((rowAxis).value) }));
+    colAxis.addEventListener('change', () => this.dispatch({ type: 'axis', which: 1, axis: Number((colAxis).value) }));
     const batch = part('inspect-fm-batch', el('input', { type: 'number', min: '0', value: '0', title: 'Batch item' }));
-    batch.addEventListener('change', () => this.dispatch({ type: 'batch', batch: Number((batch as HTMLInputElement).value) }));
+    batch.addEventListener('change', () => this.dispatch({ type: 'batch', batch: Number((batch).value) }));
     const prev = part('inspect-fm-prev', el('button', { title: 'Previous channels', text: '‹' }));
     const next = part('inspect-fm-next', el('button', { title: 'Next channels', text: '›' }));
     prev.addEventListener('click', () => this.dispatch({ type: 'page', delta: -1, pages: this.pages() }));

@@ -133,7 +133,7 @@ export function channelAt(
   if (col < 0 || col >= cols || row < 0 || row >= rows) return undefined;
   const index = row * cols + col;
   const order = Array.isArray(meta.channels) ? (meta.channels as unknown[]) : undefined;
-  if (order) return typeof order[index] === 'number' ? (order[index] as number) : undefined;
+  if (order) return typeof order[index] === 'number' ? (order[index]) : undefined;
   const first = typeof meta.firstChannel === 'number' ? meta.firstChannel : 0;
   const total = typeof meta.totalChannels === 'number' ? meta.totalChannels : Number.MAX_SAFE_INTEGER;
   const channel = first + index;

@@ -16,8 +16,8 @@ import { proof, proofMatches } from '../../extension/src/protocol/handshake';
 const vectorsDir = join(__dirname, '..', 'vectors');
 interface ValidVector { name: string; message: unknown; hex: string }
 interface InvalidVector { name: string; hex: string; code: string }
-const valid: ValidVector[] = JSON.parse(readFileSync(join(vectorsDir, 'valid.json'), 'utf8'));
-const invalid: InvalidVector[] = JSON.parse(readFileSync(join(vectorsDir, 'invalid.json'), 'utf8'));
+const valid = JSON.parse(readFileSync(join(vectorsDir, 'valid.json'), 'utf8')) as ValidVector[];
+const invalid = JSON.parse(readFileSync(join(vectorsDir, 'invalid.json'), 'utf8')) as InvalidVector[];
 
 /** JSON form of the vectors -> in-memory form ({"$bin": hex} becomes bytes). */
 function fromJson(value: unknown): unknown {
@@ -140,8 +140,8 @@ describe('codec: nested shapes and replies (mirror of test_protocol.py)', () => 
 });
 
 describe('handshake: shared proof vectors', () => {
-  const vectors: { token: string; backendNonce: string; editorNonce: string; backendProof: string; editorProof: string }[] =
-    JSON.parse(readFileSync(join(vectorsDir, 'handshake.json'), 'utf8'));
+  const vectors = JSON.parse(readFileSync(join(vectorsDir, 'handshake.json'), 'utf8')) as
+    { token: string; backendNonce: string; editorNonce: string; backendProof: string; editorProof: string }[];
   for (const v of vectors) {
     it(`computes both proofs for token ${JSON.stringify(v.token.slice(0, 8))} like the Python side`, () => {
       const nb = Buffer.from(v.backendNonce, 'hex');

@@ -106,10 +106,8 @@ function decodeAndValidate(body: Uint8Array): void {
   validate(value);
 }
 
-const vectors: { hex: string }[] = [
-  ...JSON.parse(readFileSync(join(__dirname, '..', 'vectors', 'valid.json'), 'utf8')),
-  ...JSON.parse(readFileSync(join(__dirname, '..', 'vectors', 'invalid.json'), 'utf8')),
-];
+const readVectors = (name: string) => JSON.parse(readFileSync(join(__dirname, '..', 'vectors', name), 'utf8')) as { hex: string }[];
+const vectors = [...readVectors('valid.json'), ...readVectors('invalid.json')];
 
 describe('fuzz: TypeScript decoder and validator', function () {
   this.timeout(120000);
@@ -140,7 +138,7 @@ describe('fuzz: TypeScript decoder and validator', function () {
           break;
         }
         case 3: data = Uint8Array.from([...data, ...g.bytes(8)]); break;
-        default: data = Uint8Array.from([...Array(g.int(1, 40)).fill(g.pick([0x91, 0x81, 0xdc])), ...data]);
+        default: data = Uint8Array.from([...new Array<number>(g.int(1, 40)).fill(g.pick([0x91, 0x81, 0xdc])), ...data]);
       }
       expectOnlyProtocolErrors(() => decodeAndValidate(data), data, SEED + 1, i);
     }

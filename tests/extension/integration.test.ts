@@ -165,7 +165,7 @@ describe('integration: extension server <-> real Python backend', function () {
       })]);
     }
     const summaries = await summariesReply;
-    const paths = (summaries.tensors as TensorSummary[]).map((t) => t.path);
+    const paths = (summaries.tensors).map((t) => t.path);
     assert.ok(paths.includes('weight.grad'), `weight.grad in ${paths.join(', ')}`);
 
     // A feature map of conv1's output: a real PNG of the announced size.

@@ -13,7 +13,7 @@ const tree: ModelTree = {
 };
 
 function summary(path: string, fields: Partial<TensorSummary>): TensorSummary {
-  return { path, shape: [2, 3], dtype: 'float32', device: 'cpu', numel: 6, nan: 0, posinf: 0, neginf: 0, ...fields } as TensorSummary;
+  return { path, shape: [2, 3], dtype: 'float32', device: 'cpu', numel: 6, nan: 0, posinf: 0, neginf: 0, ...fields };
 }
 
 describe('language server feed: live layer summaries', () => {

@@ -90,7 +90,7 @@ describe('trust: nothing big before the token is proved (extension side)', funct
       }
       const started = Date.now();
       const early = await Promise.all(clients.slice(MAX_PENDING_HANDSHAKES).map((c) => c.closed));
-      assert.ok(early.every((ms) => ms < 2500), `the extra clients were closed after ${early} ms`);
+      assert.ok(early.every((ms) => ms < 2500), `the extra clients were closed after ${early.join(", ")} ms`);
       // The silent ones are closed at the deadline, and then a real backend gets in.
       await Promise.all(clients.slice(0, MAX_PENDING_HANDSHAKES).map((c) => c.closed));
       assert.ok(Date.now() - started < 10000);

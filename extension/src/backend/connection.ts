@@ -129,7 +129,7 @@ export class BackendConnection {
         this.pending.delete(id);
         reject(new RequestError('timeout', `${type} to ${this.label} got no reply within ${timeoutMs} ms`));
       }, timeoutMs);
-      this.pending.set(id, { type, resolve: resolve as (b: unknown) => void, reject, timer });
+      this.pending.set(id, { type, resolve: resolve, reject, timer });
       try {
         this.write({ ...params, type, id }, MAX_REQUEST_FRAME_BYTES);
       } catch (err) {
@@ -316,7 +316,7 @@ export class BackendConnection {
   private refuseVersion(pid: unknown, protocol: number, version: unknown): void {
     const who = typeof pid === 'number' ? ` in pid ${pid}` : '';
     const text =
-      `protocol version mismatch: the hookscope package${who} (version ${String(version ?? '?').slice(0, 32)}) ` +
+      `protocol version mismatch: the hookscope package${who} (version ${(typeof version === 'string' || typeof version === 'number' ? String(version) : '?').slice(0, 32)}) ` +
       `speaks protocol ${protocol}, this extension speaks ${PROTOCOL_VERSION}. ` +
       'Use the hookscope bundled with the extension (hookscope.backend: "bundled"), or install the wheel that matches this extension.';
     this.options.log.error(text);

@@ -69,7 +69,7 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
   /** Hookscope's key of a VS Code debug session (child sessions share their parent's). */
   keyOf(session: vscode.DebugSession | undefined): string | undefined {
     for (let s = session; s; s = s.parentSession) {
-      const key = s.configuration[SESSION_KEY_PROPERTY];
+      const key: unknown = s.configuration[SESSION_KEY_PROPERTY];
       if (typeof key === 'string') return key;
     }
     return undefined;
@@ -123,7 +123,7 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
         } else {
           this.unnamedStops.set(key, Date.now());
         }
-        const reason = String(body.reason ?? '');
+        const reason = typeof body.reason === 'string' ? body.reason : '';
         this.log.event('dap.stopped', { session: key, reason, description: description ?? null, threadId: body.threadId });
         this.stoppedEmitter.fire({ session, reason, description });
         return;
@@ -147,7 +147,7 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
    * that process only; the launched program's session, the processes no child session owns.
    */
   private resumeProcesses(key: string, session: vscode.DebugSession): void {
-    const pid = session.configuration.subProcessId;
+    const pid: unknown = session.configuration.subProcessId;
     for (const p of this.hub.processesOfSession(key)) {
       const own = typeof pid === 'number' ? p.pid === pid : !this.subprocessPids.has(p.pid);
       if (own) this.hub.markResumed(p);
@@ -160,7 +160,7 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
     if (session.parentSession) {
       // A subprocess debugpy follows (a DDP rank, a child script): VS Code opened this session when
       // debugpy asked (DAP startDebugging); its configuration passed through the provider untouched.
-      const pid = session.configuration.subProcessId;
+      const pid: unknown = session.configuration.subProcessId;
       if (typeof pid === 'number') this.subprocessPids.add(pid);
       this.log.event('session.child', { session: key, name: session.name, subProcessId: pid ?? null });
       return;
@@ -170,7 +170,7 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
   }
 
   private onEnd(session: vscode.DebugSession): void {
-    const pid = session.configuration.subProcessId;
+    const pid: unknown = session.configuration.subProcessId;
     if (session.parentSession && typeof pid === 'number') this.subprocessPids.delete(pid);
     const key = this.keyOf(session);
     if (!key || this.sessions.get(key) !== session) return;

@@ -12,7 +12,6 @@ import type { BackendHub, ProcessState } from '../backend/hub';
 import type { ExtensionLog } from '../common/log';
 import { PYTHON_DEBUG_TYPES } from '../constants';
 import type { DebugSessionTracker } from '../debug/tracker';
-import type { TensorSummary } from '../protocol/messages.gen';
 import { checkExpression, newHandle, parsePublishResult, publishExpression, variableExpression } from './inspectExpression';
 import type { InspectFromWebview, InspectToWebview } from './inspectProtocol';
 
@@ -36,6 +35,10 @@ export interface InspectSink {
   reveal(): Promise<void>;
   postInspect(message: InspectToWebview): Thenable<boolean>;
 }
+
+/** The parts of DAP's `threads` and `stackTrace` replies this controller reads (customRequest returns any). */
+interface DapThreads { threads?: { id: number }[] }
+interface DapStackTrace { stackFrames?: { id: number }[] }
 
 export class InspectController implements vscode.DebugAdapterTrackerFactory, vscode.Disposable {
   private held: Held[] = [];
@@ -115,7 +118,7 @@ export class InspectController implements vscode.DebugAdapterTrackerFactory, vsc
     const handle = newHandle();
     let answer: { result?: string };
     try {
-      answer = await session.customRequest('evaluate', { expression: publishExpression(check.expression, handle), frameId, context: 'repl' });
+      answer = (await session.customRequest('evaluate', { expression: publishExpression(check.expression, handle), frameId, context: 'repl' })) as { result?: string };
     } catch (err) {
       return this.fail(check.expression, `the debugger could not evaluate it: ${(err as Error).message}`);
     }
@@ -133,7 +136,7 @@ export class InspectController implements vscode.DebugAdapterTrackerFactory, vsc
         type: 'inspect',
         tensor: {
           handle, label: check.expression, path: body.path ?? check.expression, processLabel: process.label,
-          line: published.line, summary: body.summary as unknown as TensorSummary,
+          line: published.line, summary: body.summary,
         },
       });
       this.log.event('inspect.shown', {
@@ -163,12 +166,12 @@ export class InspectController implements vscode.DebugAdapterTrackerFactory, vsc
       await this.sink.postInspect({
         type: 'inspectImage', seq: message.seq, handle: held.handle,
         dataUrl: `data:image/png;base64,${png.toString('base64')}`, width: body.width ?? 0, height: body.height ?? 0,
-        meta: body.meta ?? {}, summary: body.summary as unknown as TensorSummary,
+        meta: body.meta ?? {}, summary: body.summary,
         values: body.values ? Buffer.from(body.values).toString('base64') : undefined,
-        valuesShape: body.valuesShape as number[] | undefined, valuesStep: body.valuesStep as number[] | undefined,
+        valuesShape: body.valuesShape, valuesStep: body.valuesStep as number[] | undefined,
       });
       this.log.event('inspect.render', {
-        view: String(message.options.view ?? 'slice'), width: body.width ?? 0, height: body.height ?? 0, bytes: png.byteLength, ms: Date.now() - started,
+        view: typeof message.options.view === 'string' ? message.options.view : 'slice', width: body.width ?? 0, height: body.height ?? 0, bytes: png.byteLength, ms: Date.now() - started,
       });
     } catch (err) {
       this.log.event('inspect.failed', { message: (err as Error).message });
@@ -187,12 +190,12 @@ export class InspectController implements vscode.DebugAdapterTrackerFactory, vsc
     if (item instanceof vscode.DebugStackFrame && item.session.id === session.id) return item.frameId;
     const threadIds: number[] = item instanceof vscode.DebugThread && item.session.id === session.id
       ? [item.threadId]
-      : ((await session.customRequest('threads'))?.threads ?? []).map((t: { id: number }) => t.id);
+      : (((await session.customRequest('threads')) as DapThreads | undefined)?.threads ?? []).map((t) => t.id);
     for (const threadId of threadIds) {
       try {
-        const trace = await session.customRequest('stackTrace', { threadId, startFrame: 0, levels: 1 });
+        const trace = (await session.customRequest('stackTrace', { threadId, startFrame: 0, levels: 1 })) as DapStackTrace | undefined;
         const frame = trace?.stackFrames?.[0];
-        if (frame) return frame.id as number;
+        if (frame) return frame.id;
       } catch {
         // a running thread has no stack: try the next one
       }

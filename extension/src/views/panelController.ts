@@ -9,8 +9,8 @@ import { Emitter } from '../common/events';
 import type { Logger, Tracer } from '../common/logger';
 import { RequestError } from '../backend/connection';
 import type { BackendHub } from '../backend/hub';
-import type { InterventionKind, TensorSummary } from '../protocol/messages.gen';
-import type { PanelIntervention, PanelTarget, PanelView, VisualKind } from '../protocol/webview';
+import type { InterventionKind } from '../protocol/messages.gen';
+import type { PanelTarget, PanelView, VisualKind } from '../protocol/webview';
 import { initialPanelState, panelReducer, panelView, type PanelAction, type PanelState } from './panelState';
 
 export interface RenderedImage {
@@ -65,7 +65,7 @@ export class PanelController {
       hub.onSummaries(({ process, event }) =>
         this.dispatch({ type: 'summaries', processId: process.id, model: event.model, layer: event.layer, phase: event.phase, step: event.step, tensors: event.tensors })),
       hub.onDidChangeInterventions((process) =>
-        this.dispatch({ type: 'interventions', processId: process.id, interventions: process.interventions as PanelIntervention[] })),
+        this.dispatch({ type: 'interventions', processId: process.id, interventions: process.interventions })),
       hub.onNotice(({ process, notice }) => {
         const level = notice.level === 'error' || notice.level === 'warning' ? notice.level : 'info';
         this.dispatch({ type: 'notice', notice: { level, message: notice.message, session: process.sessionKey } });
@@ -105,7 +105,7 @@ export class PanelController {
     try {
       const result = await this.hub.request(processId, 'getSummaries', { layer, model });
       this.dispatch({
-        type: 'summaries', processId, model, layer, step: result.step, tensors: result.tensors as TensorSummary[],
+        type: 'summaries', processId, model, layer, step: result.step, tensors: result.tensors,
       });
     } catch (err) {
       this.log.debug(`getSummaries ${layer}: ${(err as Error).message}`);

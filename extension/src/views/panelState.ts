@@ -209,7 +209,7 @@ export function panelView(state: PanelState): PanelView {
 /** The view a hit asks the panel for (a gradient-health stop: the gradient-flow view by norm). */
 function suggestedView(hit: HitMessage): PanelView['suggested'] {
   if (hit.view !== 'gradientFlow') return undefined;
-  const options = hit.viewOptions && typeof hit.viewOptions === 'object' ? { ...(hit.viewOptions as Record<string, unknown>) } : {};
+  const options = hit.viewOptions && typeof hit.viewOptions === 'object' ? { ...(hit.viewOptions) } : {};
   return { visual: 'gradientFlow', options };
 }
 

@@ -62,12 +62,12 @@ function html(webview: vscode.Webview, dist: vscode.Uri, kind: TensorsHostKind):
 <meta charset="UTF-8">
 <meta http-equiv="Content-Security-Policy" content="${csp}">
 <meta name="viewport" content="width=device-width, initial-scale=1.0">
-<link href="${style}" rel="stylesheet">
+<link href="${style.toString()}" rel="stylesheet">
 <title>Tensors</title>
 </head>
 <body data-host="${kind}">
 <div id="root" data-testid="tensors-root"></div>
-<script nonce="${nonce}" src="${script}"></script>
+<script nonce="${nonce}" src="${script.toString()}"></script>
 </body>
 </html>`;
 }
