@@ -29,6 +29,9 @@ declare function acquireVsCodeApi(): VsCodeApi;
 const vscode = acquireVsCodeApi();
 /** While the program runs, images refresh at most this often (rendering costs the debuggee time). */
 const LIVE_RENDER_INTERVAL_MS = 1000;
+/** Once a live refresh is due it waits for the next sample (a new revision of the view), so the image
+ * is of the step just summarised rather than of a sample up to a period old; this long at most. */
+const FRESH_SAMPLE_WAIT_MS = 500;
 
 let ui: UiState = { ...initialUiState(), ...((vscode.getState() as { ui?: UiState } | undefined)?.ui ?? {}) };
 let view: PanelView | undefined;
@@ -41,6 +44,8 @@ let renderSeq = 0;
 let pending: { seq: number; key: string } | undefined;
 let renderQueued = false;
 let lastRenderAt = 0;
+/** The live refresh that runs if no fresh sample arrives after the interval (FRESH_SAMPLE_WAIT_MS). */
+let liveFallback: ReturnType<typeof setTimeout> | undefined;
 const figures = new Figures(onImageClick);
 
 function post(message: FromWebview): void {
@@ -310,9 +315,15 @@ function requestRender(force: boolean): void {
   }
   const now = Date.now();
   if (!force && view.status === 'live' && now - lastRenderAt < LIVE_RENDER_INTERVAL_MS) {
-    setTimeout(() => requestRender(false), LIVE_RENDER_INTERVAL_MS - (now - lastRenderAt));
+    // The next new revision after the interval renders; the fallback, if none comes.
+    liveFallback ??= setTimeout(() => {
+      liveFallback = undefined;
+      requestRender(true);
+    }, LIVE_RENDER_INTERVAL_MS - (now - lastRenderAt) + FRESH_SAMPLE_WAIT_MS);
     return;
   }
+  clearTimeout(liveFallback);
+  liveFallback = undefined;
   renderQueued = false;
   lastRenderAt = now;
   renderSeq += 1;
