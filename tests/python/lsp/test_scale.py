@@ -77,7 +77,8 @@ def test_analysis_and_rules_time_grows_linearly():
     small_text, large_text = generated(800), generated(3200)  # about 10,000 and 40,000 lines
     small = min(rule_work(small_text)[1] for _ in range(2))
     large = min(rule_work(large_text)[1] for _ in range(2))
-    assert large / small < 6, f"10k lines: {small:.2f} s, 40k lines: {large:.2f} s ({large / small:.1f}x)"
+    # Linear is 4x, quadratic 16x: 10 leaves room for a loaded machine and still catches n².
+    assert large / small < 10, f"10k lines: {small:.2f} s, 40k lines: {large:.2f} s ({large / small:.1f}x)"
 
 
 @pytest.mark.asyncio
