@@ -24,6 +24,7 @@ def connect(addr: str | None = None, token: str | None = None, timeout: float | 
 
 
 # ---- the Python API, loaded on first use so `import hookscope` never imports torch
+# (listed here rather than read from hookscope.api.__all__, which would import it; test_api pins them equal)
 _API_NAMES = frozenset(
     (
         "ActivationStats",

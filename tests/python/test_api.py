@@ -54,6 +54,14 @@ def test_lazy_import_does_not_load_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_lazy_names_are_the_api_names():
+    """``hookscope/__init__`` lists the API's names itself (importing ``hookscope.api`` to read its
+    ``__all__`` would import torch): the two lists must not drift apart."""
+    from hookscope import _API_NAMES, api
+
+    assert _API_NAMES == set(api.__all__)
+
+
 def test_capture_one_layer_detached(model):
     acts = hookscope.capture(model, "conv1")
     out = model(X)
