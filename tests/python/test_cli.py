@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hookscope.terminal.cli import SpecError, parse_spec
+from hookscope.terminal.break_spec import SpecError, parse_spec
 from hookscope.terminal.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from hookscope.engine import discovery
+from hookscope.engine import creation_sites, discovery
 from hookscope.engine.discovery import Discovery
 
 HERE = Path(__file__).resolve()
@@ -204,7 +204,7 @@ def test_attach_falls_back_to_the_class_source(recorder):
     # A model made before discovery started has no recorded origins: forget them.
     model = Net()
     for module in model.modules():
-        discovery._origins.pop(module, None)
+        creation_sites._origins.pop(module, None)
     tree = discovery.describe("m", model)
     lines = {m["name"]: m.get("line") for m in tree["modules"]}
     assert lines["conv1"] == marker_line("conv1")
@@ -221,7 +221,7 @@ def test_layers_made_before_their_model_are_not_reported_as_models(recorder, mon
     """nn.Sequential(*[nn.Linear(...) for _ in range(2000)]): the agent polls (4 times a second) while
     the layers are made, a millisecond each; none is a model of its own, the Sequential is the one."""
     now = [1000.0]
-    monkeypatch.setattr(discovery, "_clock", lambda: now[0])
+    monkeypatch.setattr(creation_sites, "clock", lambda: now[0])
     layers = []
     for i in range(2000):
         layers.append(nn.Linear(4, 4))
@@ -262,11 +262,10 @@ def test_every_room_of_hookscope_is_library_code_not_the_users():
     import pkgutil
 
     import hookscope
-    from hookscope.engine import discovery
 
     rooms = [m.name for m in pkgutil.iter_modules(hookscope.__path__) if m.ispkg]
     assert {"engine", "hooks", "link", "debugger", "terminal"} <= set(rooms)
     for room in rooms:
         package = __import__(f"hookscope.{room}", fromlist=["_"])
-        assert discovery._is_library_file(os.path.abspath(package.__file__)), room
-    assert not discovery._is_library_file(os.path.abspath(__file__))
+        assert creation_sites.is_library_file(os.path.abspath(package.__file__)), room
+    assert not creation_sites.is_library_file(os.path.abspath(__file__))

@@ -22,6 +22,7 @@ nothing behind.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import threading
 from collections.abc import Sequence
@@ -181,7 +182,7 @@ class Interventions:
         with self._lock:
             return [iv.describe() for iv in self._active.values()]
 
-    def active_for(self, layer: str, model_id: str | None = None) -> list[dict[str, Any]]:
+    def active_for(self, layer: str, model_id: str | None = None) -> builtins.list[dict[str, Any]]:
         """The interventions acting on ``layer`` (optionally only on model ``model_id``)."""
         with self._lock:
             return [
@@ -332,52 +333,34 @@ def _mha_forward(m: nn.MultiheadAttention, call: dict[str, Any], out_weight: Ten
     )
     if m.batch_first and is_batched:
         query, key, value = (x.transpose(1, 0) for x in (query, key, value))
-    common = dict(
+    # Query, key and value of other widths have projections of their own (q/k/v_proj_weight, None
+    # otherwise: torch's defaults, as the module's own forward passes them only in that case).
+    separate = not m._qkv_same_embed_dim
+    out, _ = F.multi_head_attention_forward(
+        query,
+        key,
+        value,
+        m.embed_dim,
+        m.num_heads,
+        m.in_proj_weight,
+        m.in_proj_bias,
+        m.bias_k,
+        m.bias_v,
+        m.add_zero_attn,
+        m.dropout,
+        out_weight,
+        m.out_proj.bias,
         training=m.training,
         key_padding_mask=key_padding_mask,
         need_weights=False,
         attn_mask=attn_mask,
         average_attn_weights=True,
         is_causal=bool(call.get("is_causal", False)),
+        use_separate_proj_weight=separate,
+        q_proj_weight=m.q_proj_weight if separate else None,
+        k_proj_weight=m.k_proj_weight if separate else None,
+        v_proj_weight=m.v_proj_weight if separate else None,
     )
-    if not m._qkv_same_embed_dim:
-        out, _ = F.multi_head_attention_forward(
-            query,
-            key,
-            value,
-            m.embed_dim,
-            m.num_heads,
-            m.in_proj_weight,
-            m.in_proj_bias,
-            m.bias_k,
-            m.bias_v,
-            m.add_zero_attn,
-            m.dropout,
-            out_weight,
-            m.out_proj.bias,
-            use_separate_proj_weight=True,
-            q_proj_weight=m.q_proj_weight,
-            k_proj_weight=m.k_proj_weight,
-            v_proj_weight=m.v_proj_weight,
-            **common,
-        )
-    else:
-        out, _ = F.multi_head_attention_forward(
-            query,
-            key,
-            value,
-            m.embed_dim,
-            m.num_heads,
-            m.in_proj_weight,
-            m.in_proj_bias,
-            m.bias_k,
-            m.bias_v,
-            m.add_zero_attn,
-            m.dropout,
-            out_weight,
-            m.out_proj.bias,
-            **common,
-        )
     if m.batch_first and is_batched:
         return out.transpose(1, 0)
     return out

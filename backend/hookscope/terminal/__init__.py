@@ -1,1 +1,1 @@
-"""The terminal front end: `hookscope run` (the CLI), its Python stand-in for the editor, a DAP client for debugpy's adapter, the debug sessions of a run, and the --report writer."""
+"""The terminal front end: `hookscope run` (its options, the --break grammar, the printer, the run), its Python stand-in for the editor, a DAP client for debugpy's adapter, the debug sessions of a run, and the --report writer."""

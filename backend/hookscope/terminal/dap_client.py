@@ -31,7 +31,7 @@ class Pending:
     def __init__(self, client: DapClient, seq: int, command: str) -> None:
         self._client, self.seq, self.command = client, seq, command
 
-    def result(self, timeout: float = 30.0) -> dict:
+    def result(self, timeout: float = 30.0) -> dict[str, Any]:
         """The response body; raises DapError on failure, TimeoutError at the deadline."""
         response = self._client._wait_response(self.seq, self.command, timeout)
         if not response.get("success"):
@@ -48,19 +48,19 @@ class DapClient:
         self,
         reader: IO[bytes],
         writer: IO[bytes],
-        process: subprocess.Popen | None = None,
+        process: subprocess.Popen[bytes] | None = None,
         sock: socket.socket | None = None,
     ) -> None:
         self._reader, self._writer, self.process, self._sock = reader, writer, process, sock
         self._seq = 0
         self._write_lock = threading.Lock()
         self._cond = threading.Condition()
-        self._responses: dict[int, dict] = {}
-        self._events: list[dict] = []
+        self._responses: dict[int, dict[str, Any]] = {}
+        self._events: list[dict[str, Any]] = []
         self.closed = False
-        self.on_event: Callable[[dict], None] | None = None
-        self.reverse_handlers: dict[str, Callable[[dict], dict]] = {}
-        self.log: list[dict] = []
+        self.on_event: Callable[[dict[str, Any]], None] | None = None
+        self.reverse_handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        self.log: list[dict[str, Any]] = []
         """Every message both ways (for test failure messages)."""
         self._thread = threading.Thread(target=self._read_loop, name="dap-client", daemon=True)
         self._thread.start()
@@ -93,7 +93,7 @@ class DapClient:
         return cls(sock.makefile("rb"), sock.makefile("wb"), sock=sock)
 
     # -- sending -----------------------------------------------------------
-    def send_request(self, command: str, arguments: dict | None = None) -> Pending:
+    def send_request(self, command: str, arguments: dict[str, Any] | None = None) -> Pending:
         with self._write_lock:
             self._seq += 1
             seq = self._seq
@@ -103,10 +103,10 @@ class DapClient:
             self._write(message)
         return Pending(self, seq, command)
 
-    def request(self, command: str, arguments: dict | None = None, timeout: float = 30.0) -> dict:
+    def request(self, command: str, arguments: dict[str, Any] | None = None, timeout: float = 30.0) -> dict[str, Any]:
         return self.send_request(command, arguments).result(timeout)
 
-    def _respond(self, request: dict, body: dict | None = None, error: str | None = None) -> None:
+    def _respond(self, request: dict[str, Any], body: dict[str, Any] | None = None, error: str | None = None) -> None:
         with self._write_lock:
             self._seq += 1
             message = {
@@ -122,7 +122,7 @@ class DapClient:
                 message["body"] = body or {}
             self._write(message)
 
-    def _write(self, message: dict) -> None:
+    def _write(self, message: dict[str, Any]) -> None:
         data = json.dumps(message).encode("utf-8")
         self.log.append(message)
         try:
@@ -132,7 +132,9 @@ class DapClient:
             raise DapError(f"the debug adapter is gone ({exc})") from None
 
     # -- receiving ---------------------------------------------------------
-    def wait_event(self, name: str, predicate: Callable[[dict], bool] | None = None, timeout: float = 30.0) -> dict:
+    def wait_event(
+        self, name: str, predicate: Callable[[dict[str, Any]], bool] | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
         """Take the oldest event ``name`` (matching ``predicate``) that arrived or arrives in time."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -147,12 +149,12 @@ class DapClient:
                     raise DapError(f"the debug adapter closed before a {name!r} event")
                 self._cond.wait(min(left, 0.5))
 
-    def events(self, name: str) -> list[dict]:
+    def events(self, name: str) -> list[dict[str, Any]]:
         """Events of this kind received so far and not taken (not consumed)."""
         with self._cond:
             return [e for e in self._events if e.get("event") == name]
 
-    def _wait_response(self, seq: int, command: str, timeout: float) -> dict:
+    def _wait_response(self, seq: int, command: str, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         with self._cond:
             while seq not in self._responses:
@@ -164,7 +166,7 @@ class DapClient:
                 self._cond.wait(min(left, 0.5))
             return self._responses.pop(seq)
 
-    def _read_message(self) -> dict | None:
+    def _read_message(self) -> dict[str, Any] | None:
         length = None
         while True:
             line = self._reader.readline()
@@ -210,7 +212,7 @@ class DapClient:
                 self.closed = True
                 self._cond.notify_all()
 
-    def _reverse_request(self, request: dict) -> None:
+    def _reverse_request(self, request: dict[str, Any]) -> None:
         handler = self.reverse_handlers.get(request.get("command", ""))
         try:
             if handler is None:
@@ -221,7 +223,7 @@ class DapClient:
             self._respond(request, error=str(exc))
 
     # -- conveniences --------------------------------------------------------
-    def initialize(self, client_id: str = "hookscope") -> dict:
+    def initialize(self, client_id: str = "hookscope") -> dict[str, Any]:
         return self.request(
             "initialize",
             {
@@ -237,7 +239,7 @@ class DapClient:
             },
         )
 
-    def top_frame(self, thread_id: int, timeout: float = 30.0) -> dict:
+    def top_frame(self, thread_id: int, timeout: float = 30.0) -> dict[str, Any]:
         frames = self.request("stackTrace", {"threadId": thread_id, "startFrame": 0, "levels": 20}, timeout)[
             "stackFrames"
         ]
@@ -245,7 +247,7 @@ class DapClient:
             raise DapError(f"thread {thread_id} has no frames")
         return frames[0]
 
-    def frame_variables(self, frame_id: int, timeout: float = 30.0) -> dict[str, dict]:
+    def frame_variables(self, frame_id: int, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
         """name -> variable of the frame's Locals scope."""
         scopes = self.request("scopes", {"frameId": frame_id}, timeout)["scopes"]
         local_scope = next((s for s in scopes if s["name"].lower().startswith("local")), scopes[0])

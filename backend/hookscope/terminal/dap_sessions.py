@@ -25,7 +25,7 @@ class DebugSessions:
     def __init__(
         self,
         root: DapClient,
-        on_event: Callable[[DapClient, dict], None],
+        on_event: Callable[[DapClient, dict[str, Any]], None],
         on_error: Callable[[str], None],
         timeout: float = 60.0,
     ) -> None:
@@ -45,7 +45,7 @@ class DebugSessions:
         with self._lock:
             return self._pids.get(client)
 
-    def _route(self, client: DapClient, event: dict) -> None:
+    def _route(self, client: DapClient, event: dict[str, Any]) -> None:
         body = event.get("body") or {}
         name = event.get("event")
         if name == "process" and isinstance(body.get("systemProcessId"), int):

@@ -39,27 +39,27 @@ class RequestError(Exception):
 class BackendConnection:
     """One connected debuggee process."""
 
-    def __init__(self, link: EditorLink, sock: socket.socket, hello: dict) -> None:
+    def __init__(self, link: EditorLink, sock: socket.socket, hello: dict[str, Any]) -> None:
         self.link = link
         self.sock = sock
         self.hello = hello
         """What the process said about itself (its ``process`` message) once both sides proved the token."""
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
-        self._events: list[dict] = []
-        self._replies: dict[int, dict] = {}
+        self._events: list[dict[str, Any]] = []
+        self._replies: dict[int, dict[str, Any]] = {}
         self._ids = iter(range(1, 1 << 62))
         self.closed = False
-        self.received: list[dict] = []
+        self.received: list[dict[str, Any]] = []
         """Every message received after hello, in order (tests inspect it)."""
-        self.refused: list[tuple[dict, str]] = []
+        self.refused: list[tuple[dict[str, Any], str]] = []
         """Events that failed ``protocol.validate`` and why (never delivered, as the extension refuses them)."""
 
     @property
     def pid(self) -> int:
         return int(self.hello["pid"])
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict[str, Any]) -> None:
         data = codec.frame(message)
         with self._send_lock:
             self.sock.sendall(data)
@@ -69,7 +69,7 @@ class BackendConnection:
         with self._send_lock:
             self.sock.sendall(data)
 
-    def request(self, mtype: str, timeout: float = 30.0, **fields: Any) -> dict:
+    def request(self, mtype: str, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
         """Send a request and wait for its reply body; raises RequestError on an error reply."""
         request_id = next(self._ids)
         self.send({"type": mtype, "id": request_id, **fields})
@@ -80,7 +80,7 @@ class BackendConnection:
             raise RequestError(str(error.get("code")), str(error.get("message")))
         return protocol.validate_reply(mtype, reply.get("body") or {})
 
-    def wait_reply(self, request_id: int, timeout: float) -> dict:
+    def wait_reply(self, request_id: int, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         with self._cond:
             while request_id not in self._replies:
@@ -93,7 +93,9 @@ class BackendConnection:
                 self._cond.wait(min(left, 0.5))
             return self._replies.pop(request_id)
 
-    def wait_event(self, mtype: str, predicate: Callable[[dict], bool] | None = None, timeout: float = 30.0) -> dict:
+    def wait_event(
+        self, mtype: str, predicate: Callable[[dict[str, Any]], bool] | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
         """The oldest not yet taken event of this type (matching ``predicate``)."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -172,7 +174,7 @@ class EditorLink:
         self,
         token: str | None = None,
         host: str = "127.0.0.1",
-        on_event: Callable[[BackendConnection, dict], None] | None = None,
+        on_event: Callable[[BackendConnection, dict[str, Any]], None] | None = None,
     ) -> None:
         self.token = token or secrets.token_hex(16)
         self.session = uuid.uuid4().hex
@@ -268,7 +270,7 @@ class EditorLink:
         # The backend proved the token: from now on its frames may be as large as the protocol allows.
         conn._read_loop(codec.FrameReader())
 
-    def _authenticate(self, sock: socket.socket) -> dict | None:
+    def _authenticate(self, sock: socket.socket) -> dict[str, Any] | None:
         """The backend's ``process`` message once both sides proved the token; None when refused."""
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         deadline = time.monotonic() + protocol.HELLO_DEADLINE_S
