@@ -137,6 +137,29 @@ def test_zero_heads_of_multihead_attention():
     assert no_hooks(mha)
 
 
+def test_zero_heads_when_keys_and_values_have_their_own_width():
+    """kdim/vdim other than embed_dim: the module has separate q/k/v projections, and the recomputed
+    attention must use them."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 4, kdim=6, vdim=10, batch_first=True).eval()
+    query, key, value = torch.randn(2, 5, 16), torch.randn(2, 7, 6), torch.randn(2, 7, 10)
+    h, d = mha.num_heads, 16 // mha.num_heads
+    bq, bk, bv = mha.in_proj_bias.chunk(3)
+    q = (query @ mha.q_proj_weight.T + bq).reshape(2, 5, h, d).transpose(1, 2)
+    k = (key @ mha.k_proj_weight.T + bk).reshape(2, 7, h, d).transpose(1, 2)
+    v = (value @ mha.v_proj_weight.T + bv).reshape(2, 7, h, d).transpose(1, 2)
+    heads = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), dim=-1) @ v
+    heads[:, [2]] = 0
+    expected = heads.transpose(1, 2).reshape(2, 5, 16) @ mha.out_proj.weight.T + mha.out_proj.bias
+    ivs = Interventions()
+    ivs.add("m", mha, "attn", "zero_channels", channels=[2])
+    with torch.no_grad():
+        out, _ = mha(query, key, value)
+    assert torch.allclose(out, expected.detach(), atol=1e-5)
+    ivs.remove()
+    assert no_hooks(mha)
+
+
 def test_list_active_for_and_remove_one_by_one(cnn):
     ivs = Interventions()
     a = ivs.add("m", cnn[0], "0", "zero_channels", channels=[3, 1, 1])
