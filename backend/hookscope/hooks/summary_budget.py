@@ -38,8 +38,10 @@ class SummaryBudget:
 
     def forget(self, layer_key: Hashable) -> None:
         """The layer is no longer watched (its keys are ``(layer_key, phase)``)."""
-        for key in [k for k in self._cost if isinstance(k, tuple) and k[:1] == (layer_key,)]:
-            del self._cost[key]
+        # The agent's thread forgets while the training thread records: list() copies the keys in
+        # one step under the GIL, where a comprehension over the dict could see it change size.
+        for key in [k for k in list(self._cost) if isinstance(k, tuple) and k[:1] == (layer_key,)]:
+            self._cost.pop(key, None)
 
     def round_cost(self) -> float:
         """Seconds one summary of every watched layer costs."""

@@ -35,3 +35,38 @@ def test_running_cost_follows_new_measurements_and_forgets_unwatched_layers():
     assert budget.round_cost() == pytest.approx(0.001)
     with pytest.raises(ValueError):
         SummaryBudget(share=0)
+
+
+def test_forgetting_a_layer_while_the_training_thread_records_others():
+    """The agent's thread forgets a layer (a new watch request) while the training thread records
+    summaries of other layers: neither raises (a dict that changed size during iteration did)."""
+    import sys
+    import threading
+
+    budget = SummaryBudget(share=0.05)
+    for i in range(20_000):
+        budget.record((f"old{i}", "forward"), 1e-4)
+    stop, errors = threading.Event(), []
+
+    def training() -> None:  # adds a key and drops one: the size changes, the dict does not grow
+        i = 0
+        while not stop.is_set():
+            budget.record((f"new{i % 2}", "forward"), 1e-4)
+            budget.forget(f"new{(i + 1) % 2}")
+            i += 1
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    worker = threading.Thread(target=training)
+    worker.start()
+    try:
+        for i in range(50):
+            budget.forget(f"old{i}")
+    except RuntimeError as exc:
+        errors.append(exc)
+    finally:
+        stop.set()
+        worker.join()
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert not any(key[0] == "old0" for key in budget._cost)
