@@ -13,6 +13,14 @@ import pytest
 from hookscope.link import agent as agent_mod
 from hookscope.link import codec, handshake, protocol
 from hookscope.link.agent import Agent, OutgoingQueue
+from hookscope.link.protocol_vocabulary import (
+    ERR_BAD_MESSAGE,
+    ERR_INTERNAL,
+    ERR_NOT_AVAILABLE,
+    ERR_TOKEN,
+    ERR_UNKNOWN_TYPE,
+    ProtocolError,
+)
 from hookscope.terminal.editor_link import EditorLink, RequestError
 
 
@@ -40,7 +48,7 @@ class FakeEngine:
             return {"enabled": request["enabled"]}
         if request["type"] == "removeHooks":
             raise RuntimeError("boom")
-        raise protocol.ProtocolError(protocol.ERR_NOT_AVAILABLE, f"{request['type']} not in the fake")
+        raise ProtocolError(ERR_NOT_AVAILABLE, f"{request['type']} not in the fake")
 
     def shutdown(self):
         removed, self.hooks = self.hooks, 0
@@ -110,21 +118,21 @@ def test_bad_messages_get_error_replies_and_the_agent_keeps_serving(link, make_a
     conn = link.wait_connection(10)
     # unknown type, wrong field type, missing id, not a map, a handler that raises
     conn.send({"type": "frobnicate", "id": 7})
-    assert conn.wait_reply(7, 10)["error"]["code"] == protocol.ERR_UNKNOWN_TYPE
+    assert conn.wait_reply(7, 10)["error"]["code"] == ERR_UNKNOWN_TYPE
     conn.send({"type": "setBreakOnNonFinite", "id": 8, "enabled": "yes"})
-    assert conn.wait_reply(8, 10)["error"]["code"] == protocol.ERR_BAD_MESSAGE
+    assert conn.wait_reply(8, 10)["error"]["code"] == ERR_BAD_MESSAGE
     conn.send({"type": "setBreakOnNonFinite", "enabled": True})
-    assert conn.wait_event("reply", timeout=10)["error"]["code"] == protocol.ERR_BAD_MESSAGE
+    assert conn.wait_event("reply", timeout=10)["error"]["code"] == ERR_BAD_MESSAGE
     conn.send_raw(codec.frame([1, 2, 3]))  # type: ignore[arg-type]
     assert conn.wait_event("reply", timeout=10)["re"] == -1
     conn.send({"type": "hit", "id": 9, "breakpoint": "x"})  # a backend->editor message
-    assert conn.wait_reply(9, 10)["error"]["code"] == protocol.ERR_BAD_MESSAGE
+    assert conn.wait_reply(9, 10)["error"]["code"] == ERR_BAD_MESSAGE
     with pytest.raises(RequestError) as err:
         conn.request("removeHooks")
-    assert err.value.code == protocol.ERR_INTERNAL and "boom" in err.value.message
+    assert err.value.code == ERR_INTERNAL and "boom" in err.value.message
     with pytest.raises(RequestError) as err:
         conn.request("listHooks")
-    assert err.value.code == protocol.ERR_NOT_AVAILABLE
+    assert err.value.code == ERR_NOT_AVAILABLE
     assert conn.request("ping")["pid"] == os.getpid()
 
 
@@ -172,7 +180,7 @@ def test_wrong_token_is_refused_for_good(link, make_agent, capfd):
     a.start()
     try:
         assert wait_until(lambda: a.refused is not None)
-        assert a.refused.startswith(protocol.ERR_TOKEN)
+        assert a.refused.startswith(ERR_TOKEN)
         assert "refused this process" in capfd.readouterr().err
         assert link.refused and not link.connections
         assert wait_until(lambda: not a._thread.is_alive())
@@ -261,7 +269,7 @@ def test_settings_wait_for_torch_and_are_applied_when_the_engine_starts(link, ma
     }
     with pytest.raises(RequestError) as err:
         conn.request("listHooks")
-    assert err.value.code == protocol.ERR_NOT_AVAILABLE and "torch" in err.value.message
+    assert err.value.code == ERR_NOT_AVAILABLE and "torch" in err.value.message
     assert not FakeEngine.instances
     torch_loaded.set()
     assert wait_until(lambda: FakeEngine.instances and FakeEngine.instances[-1].hooks == 3)
@@ -276,7 +284,7 @@ def test_queue_is_capped_by_bytes_and_a_reply_that_does_not_fit_becomes_an_error
     assert queue.put(protocol.reply(5, {"png": b"\0" * 60_000}))  # over 50 kB: its request still gets an answer
     assert queue.dropped == 2
     answer = queue.take_urgent()  # essential first
-    assert answer["re"] == 5 and answer["error"]["code"] == protocol.ERR_NOT_AVAILABLE
+    assert answer["re"] == 5 and answer["error"]["code"] == ERR_NOT_AVAILABLE
     assert "does not fit" in answer["error"]["message"]
     queue.clear()
     assert queue.bytes == 0 and len(queue) == 0
@@ -310,7 +318,7 @@ def test_a_bug_in_a_handler_is_answered_internal_and_logged_with_its_traceback(l
         conn = link.wait_connection(10)
         with pytest.raises(RequestError) as err:
             conn.request("removeHooks")
-        assert err.value.code == protocol.ERR_INTERNAL
+        assert err.value.code == ERR_INTERNAL
         assert wait_until(lambda: "Traceback" in caplog.text and "RuntimeError: boom" in caplog.text)
         assert conn.request("ping")["pid"] == os.getpid()
     finally:

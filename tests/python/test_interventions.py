@@ -10,7 +10,7 @@ from torch import nn
 
 from hookscope.engine.interventions import KINDS, Interventions
 from hookscope.hooks import inventory
-from hookscope.link import protocol
+from hookscope.link.protocol_vocabulary import INTERVENTIONS
 
 
 def no_hooks(model: nn.Module) -> bool:
@@ -24,7 +24,7 @@ def cnn() -> nn.Sequential:
 
 
 def test_kinds_match_the_protocol():
-    assert KINDS == protocol.INTERVENTIONS
+    assert KINDS == INTERVENTIONS
 
 
 def test_zero_channels_of_a_conv_output(cnn):

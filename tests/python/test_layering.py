@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "backend" / "hookscope"
-VOCABULARY = {"hookscope.link.protocol", "hookscope.link.bounds"}
-"""The message table, error codes and condition kinds, and the request bounds: every room may read them
-(they import nothing of Hookscope but each other)."""
+VOCABULARY = {"hookscope.link.protocol_vocabulary", "hookscope.link.bounds"}
+"""The protocol's version and limits, error codes, phases and condition kinds, and the request bounds:
+every room may read them (they import nothing of Hookscope)."""
 
 
 def module_name(path: Path) -> str:
@@ -88,5 +88,16 @@ def test_the_language_server_stands_alone():
 
 
 def test_the_vocabulary_imports_nothing_of_hookscope():
-    assert MODULES["hookscope.link.protocol"] <= {"hookscope.link.bounds"}
+    assert MODULES["hookscope.link.protocol_vocabulary"] == set()
     assert MODULES["hookscope.link.bounds"] == set()
+
+
+def test_the_protocol_declaration_stays_inside_the_link():
+    """The catalogue, its shapes and its schema are the link's (and the TS generator's) business."""
+    declaration = {
+        "hookscope.link.protocol_messages",
+        "hookscope.link.protocol_structs",
+        "hookscope.link.protocol_schema",
+    }
+    bad = [(m, i) for m, imported in MODULES.items() if room(m) != "link" for i in imported if i in declaration]
+    assert bad == []

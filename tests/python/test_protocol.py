@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hookscope.link import codec, protocol, protocol_gen
-from hookscope.link.protocol import ProtocolError
+from hookscope.link import codec, protocol, protocol_gen, protocol_messages, protocol_structs
+from hookscope.link.protocol_vocabulary import ENUMS, MAX_FRAME_BYTES, VIEWS, ProtocolError
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "tests" / "vectors"
@@ -62,11 +62,11 @@ def test_frames_split_across_reads():
 def test_oversize_refused_from_header_alone():
     reader = codec.FrameReader()
     with pytest.raises(ProtocolError):
-        reader.feed(struct.pack(">I", protocol.MAX_FRAME_BYTES + 1))
+        reader.feed(struct.pack(">I", MAX_FRAME_BYTES + 1))
 
 
 def test_every_request_has_reply_fields_documented():
-    for m in protocol.MESSAGES:
+    for m in protocol_messages.MESSAGES:
         for f in m.fields + m.reply:
             assert f.doc, f"{m.type}.{f.name} needs a doc"
 
@@ -82,9 +82,9 @@ def test_vectors_cover_every_message_type():
         codec.FrameReader().feed(bytes.fromhex(v["hex"]))[0]
         for v in json.loads((VECTORS / "valid.json").read_text(encoding="utf-8"))
     ]
-    assert {m["type"] for m in decoded} == set(protocol.MESSAGES_BY_TYPE)
+    assert {m["type"] for m in decoded} == set(protocol_messages.MESSAGES_BY_TYPE)
     names = [v["name"] for v in json.loads((VECTORS / "invalid.json").read_text(encoding="utf-8"))]
-    for m in protocol.MESSAGES:
+    for m in protocol_messages.MESSAGES:
         if m.kind == "request" or any(not f.optional for f in m.fields):
             assert any(n.startswith(f"{m.type} without ") for n in names), f"no invalid vector for {m.type}"
 
@@ -122,9 +122,9 @@ def test_replies_are_checked_against_their_request():
 
 def test_every_field_of_names_a_known_shape():
     """``of`` is the one place nested shapes are declared: each name must exist (the TS side is generated)."""
-    known = set(protocol.STRUCTS_BY_NAME) | set(protocol.ENUMS) | {"str", "int", "float", "bool", "bin"}
-    for owner, fields in [(m.type, m.fields + m.reply) for m in protocol.MESSAGES] + [
-        (s.name, s.fields) for s in protocol.STRUCTS
+    known = set(protocol_structs.STRUCTS_BY_NAME) | set(ENUMS) | {"str", "int", "float", "bool", "bin"}
+    for owner, fields in [(m.type, m.fields + m.reply) for m in protocol_messages.MESSAGES] + [
+        (s.name, s.fields) for s in protocol_structs.STRUCTS
     ]:
         for f in fields:
             if f.of is not None:
@@ -134,4 +134,4 @@ def test_every_field_of_names_a_known_shape():
 def test_views_match_render_options():
     from hookscope.link.bounds import RENDER_OPTIONS
 
-    assert set(RENDER_OPTIONS) == set(protocol.VIEWS)
+    assert set(RENDER_OPTIONS) == set(VIEWS)

@@ -14,7 +14,7 @@ import torch
 
 from hookscope import bootstrap
 from hookscope.debugger import inspector, tensor_repr
-from hookscope.link.protocol import ProtocolError
+from hookscope.link.protocol_vocabulary import ProtocolError
 
 PYDEVD = Path(__import__("debugpy").__file__).parent / "_vendored" / "pydevd"
 

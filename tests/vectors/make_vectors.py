@@ -19,7 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
 from hookscope.link import codec, handshake  # noqa: E402
-from hookscope.link.protocol import MAX_FRAME_BYTES, MESSAGES_BY_TYPE, PROTOCOL_VERSION  # noqa: E402
+from hookscope.link.protocol_messages import MESSAGES_BY_TYPE  # noqa: E402
+from hookscope.link.protocol_vocabulary import MAX_FRAME_BYTES, PROTOCOL_VERSION  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

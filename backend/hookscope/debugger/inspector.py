@@ -110,7 +110,7 @@ def answer(request: dict) -> dict:
     (``batch``, ``page``, ``per_page``, ``channel``, ``shared_scale``, ``cmap``)
     or ``'summary'`` (no image).
     """
-    from hookscope.link.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ProtocolError
+    from hookscope.link.protocol_vocabulary import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ProtocolError
 
     handle = request.get("handle")
     entry = held(handle) if isinstance(handle, str) else None

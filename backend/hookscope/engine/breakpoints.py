@@ -1,6 +1,6 @@
 """Layer breakpoints: specs → matching modules → hooks, conditions, hit counting.
 
-A ``BreakpointSpec`` (protocol.py) names layers by qualified name, glob
+A ``BreakpointSpec`` (link/protocol_structs.py) names layers by qualified name, glob
 (``layer*.conv1``), class (``Conv2d``) or source location (file + line of the
 ``self.conv1 = nn.Conv2d(...)`` definition, or of a ``x = self.conv1(x)``
 call site in a ``forward``). Several selectors in one spec intersect.
@@ -36,7 +36,7 @@ from hookscope.engine.deferred import DEFERRED_PHASES, DeferredHooks, DeferredVa
 from hookscope.hooks.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
 from hookscope.hooks.leaf_hooks import LeafHooks, hook_gradient
 from hookscope.hooks.summaries import tensors_in
-from hookscope.link.protocol import PHASES
+from hookscope.link.protocol_vocabulary import PHASES
 from hookscope.lsp.analysis.call_targets import EVERY_ENTRY, Target, called_target, local_layer_names
 
 log = logging.getLogger("hookscope")

@@ -40,8 +40,13 @@ from hookscope.hooks.conditions import HookEvent
 from hookscope.hooks.kept_outputs import BreakpointOutputs, Kept
 from hookscope.hooks.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE
 from hookscope.hooks.summary_budget import SummaryBudget
-from hookscope.link import protocol
-from hookscope.link.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ERR_UNKNOWN_LAYER, ProtocolError
+from hookscope.link.protocol_vocabulary import (
+    ERR_BAD_MESSAGE,
+    ERR_NOT_AVAILABLE,
+    ERR_UNKNOWN_LAYER,
+    ERR_UNKNOWN_TYPE,
+    ProtocolError,
+)
 
 log = logging.getLogger("hookscope")
 
@@ -156,7 +161,7 @@ class Engine(WatchSampler, RenderGlue, StepHooks):
         rtype = request.get("type")
         handler = getattr(self, f"_req_{rtype}", None)
         if handler is None:
-            raise ProtocolError(protocol.ERR_UNKNOWN_TYPE, f"the engine does not handle {str(rtype)[:64]!r}")
+            raise ProtocolError(ERR_UNKNOWN_TYPE, f"the engine does not handle {str(rtype)[:64]!r}")
         try:
             return handler(request)
         except ProtocolError:  # (a ValueError too)

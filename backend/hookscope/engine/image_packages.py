@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from hookscope.link.protocol import ERR_NOT_AVAILABLE, ProtocolError
+from hookscope.link.protocol_vocabulary import ERR_NOT_AVAILABLE, ProtocolError
 
 # Every picture is colour-mapped through matplotlib's colormaps and encoded with NumPy.
 _BOTH = ("numpy", "matplotlib")

@@ -12,7 +12,7 @@ from hookscope.engine.render_subject import Subject
 from hookscope.engine.watches import DEFAULT_RATE_HZ, _LayerWatch
 from hookscope.hooks.conditions import REPLAY
 from hookscope.hooks.kept_outputs import Kept
-from hookscope.link.protocol import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ProtocolError
+from hookscope.link.protocol_vocabulary import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ProtocolError
 
 log = logging.getLogger("hookscope")
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from hookscope.hooks.summaries import all_finite, tensors_in
-from hookscope.link.protocol import CONDITIONS
+from hookscope.link.protocol_vocabulary import CONDITIONS
 
 ORIGIN_BORN = "born here"
 ORIGIN_INPUTS = "came in through inputs"

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from hookscope import __version__
 from hookscope.link import codec, handshake, protocol
-from hookscope.link.protocol import ProtocolError
+from hookscope.link.protocol_vocabulary import ProtocolError
 
 ENV_ADDR = "HOOKSCOPE_ADDR"
 ENV_TOKEN = "HOOKSCOPE_TOKEN"

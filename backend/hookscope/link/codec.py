@@ -14,7 +14,13 @@ from typing import Any
 
 import msgpack
 
-from hookscope.link.protocol import ERR_BAD_MESSAGE, MAX_COLLECTION, MAX_DEPTH, MAX_FRAME_BYTES, ProtocolError
+from hookscope.link.protocol_vocabulary import (
+    ERR_BAD_MESSAGE,
+    MAX_COLLECTION,
+    MAX_DEPTH,
+    MAX_FRAME_BYTES,
+    ProtocolError,
+)
 
 _HEADER = struct.Struct(">I")
 HEADER_BYTES = _HEADER.size

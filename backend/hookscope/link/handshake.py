@@ -35,7 +35,18 @@ from typing import Any
 
 from hookscope import __version__
 from hookscope.link import codec, protocol
-from hookscope.link.protocol import ERR_BAD_MESSAGE, ERR_TOKEN, ERR_VERSION, ProtocolError
+from hookscope.link.protocol_vocabulary import (
+    ERR_BAD_MESSAGE,
+    ERR_TOKEN,
+    ERR_VERSION,
+    HANDSHAKE_FRAME_BYTES,
+    HELLO_DEADLINE_S,
+    MAX_FRAME_BYTES,
+    NONCE_BYTES,
+    PROOF_LABEL,
+    PROTOCOL_VERSION,
+    ProtocolError,
+)
 
 BACKEND = b"backend"
 EDITOR = b"editor"
@@ -59,12 +70,12 @@ class HandshakeFailed(Exception):
 
 
 def new_nonce() -> bytes:
-    return secrets.token_bytes(protocol.NONCE_BYTES)
+    return secrets.token_bytes(NONCE_BYTES)
 
 
 def proof(token: str, role: bytes, backend_nonce: bytes, editor_nonce: bytes) -> bytes:
     """HMAC-SHA256 keyed by the token over the label, the prover's role and both challenges."""
-    message = protocol.PROOF_LABEL + b"\0" + role + b"\0" + bytes(backend_nonce) + bytes(editor_nonce)
+    message = PROOF_LABEL + b"\0" + role + b"\0" + bytes(backend_nonce) + bytes(editor_nonce)
     return hmac.new(token.encode("utf-8"), message, hashlib.sha256).digest()
 
 
@@ -77,7 +88,7 @@ def version_mismatch(theirs: Any, them: str, us: str) -> str:
     """The clear message for a peer of another protocol version."""
     return (
         f"protocol version mismatch: {them} speaks protocol {theirs!r}, {us} speaks "
-        f"{protocol.PROTOCOL_VERSION}. Use a hookscope Python package and a Hookscope extension of the "
+        f"{PROTOCOL_VERSION}. Use a hookscope Python package and a Hookscope extension of the "
         "same release (pip install -U hookscope, or update the extension)."
     )
 
@@ -86,7 +97,7 @@ def version_mismatch(theirs: Any, them: str, us: str) -> str:
 # Reading and writing handshake frames (blocking, under one deadline).
 
 
-def read_frame(sock: socket.socket, deadline: float, limit: int = protocol.HANDSHAKE_FRAME_BYTES) -> Any:
+def read_frame(sock: socket.socket, deadline: float, limit: int = HANDSHAKE_FRAME_BYTES) -> Any:
     """Exactly one frame: its header checked against ``limit`` before any of the body is read."""
     header = _recv_exact(sock, codec.HEADER_BYTES, deadline)
     try:
@@ -95,7 +106,7 @@ def read_frame(sock: socket.socket, deadline: float, limit: int = protocol.HANDS
         raise HandshakeFailed(ERR_BAD_MESSAGE, f"before the token was proved: {exc}") from None
     body = _recv_exact(sock, length, deadline)
     try:
-        return codec.decode(body, _HANDSHAKE_CONTAINERS if limit == protocol.HANDSHAKE_FRAME_BYTES else None)
+        return codec.decode(body, _HANDSHAKE_CONTAINERS if limit == HANDSHAKE_FRAME_BYTES else None)
     except ProtocolError as exc:
         raise HandshakeFailed(exc.code, str(exc)) from None
 
@@ -106,7 +117,7 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
         # One deadline for the whole handshake: a peer sending a byte now and then cannot hold it open.
         left = deadline - time.monotonic()
         if left <= 0:
-            raise HandshakeFailed(ERR_BAD_MESSAGE, f"the handshake took longer than {protocol.HELLO_DEADLINE_S:g} s")
+            raise HandshakeFailed(ERR_BAD_MESSAGE, f"the handshake took longer than {HELLO_DEADLINE_S:g} s")
         sock.settimeout(left)
         try:
             chunk = sock.recv(n - len(data))
@@ -144,8 +155,8 @@ def _expect(message: Any, mtype: str, *, from_editor: bool) -> dict:
 
 def _nonce(message: dict, other: bytes | None = None) -> bytes:
     nonce = message["nonce"]
-    if len(nonce) != protocol.NONCE_BYTES or (other is not None and hmac.compare_digest(bytes(nonce), other)):
-        raise HandshakeFailed(ERR_BAD_MESSAGE, f"a challenge must be {protocol.NONCE_BYTES} fresh random bytes")
+    if len(nonce) != NONCE_BYTES or (other is not None and hmac.compare_digest(bytes(nonce), other)):
+        raise HandshakeFailed(ERR_BAD_MESSAGE, f"a challenge must be {NONCE_BYTES} fresh random bytes")
     return bytes(nonce)
 
 
@@ -158,15 +169,11 @@ def as_backend(sock: socket.socket, token: str, describe: Callable[[], dict], de
     mine = new_nonce()
     send(
         sock,
-        {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "hookscope": __version__, "nonce": mine},
+        {"type": "hello", "protocol": PROTOCOL_VERSION, "hookscope": __version__, "nonce": mine},
         deadline,
     )
     first = read_frame(sock, deadline)
-    if (
-        isinstance(first, dict)
-        and first.get("type") == "challenge"
-        and first.get("protocol") != protocol.PROTOCOL_VERSION
-    ):
+    if isinstance(first, dict) and first.get("type") == "challenge" and first.get("protocol") != PROTOCOL_VERSION:
         text = version_mismatch(first.get("protocol"), "the editor", "this hookscope package")
         _refuse(sock, ERR_VERSION, text, deadline)
         raise HandshakeFailed(ERR_VERSION, text, final=True)
@@ -188,13 +195,13 @@ def as_editor(sock: socket.socket, tokens: Callable[[], Iterable[str]], deadline
     """
     hello = read_frame(sock, deadline)
     # The version first: a backend of another protocol may say hello with other fields.
-    if isinstance(hello, dict) and hello.get("type") == "hello" and hello.get("protocol") != protocol.PROTOCOL_VERSION:
+    if isinstance(hello, dict) and hello.get("type") == "hello" and hello.get("protocol") != PROTOCOL_VERSION:
         raise HandshakeFailed(
             ERR_VERSION, version_mismatch(hello.get("protocol"), "the debuggee's hookscope package", "this editor")
         )
     theirs = _nonce(_expect(hello, "hello", from_editor=False))
     mine = new_nonce()
-    send(sock, {"type": "challenge", "protocol": protocol.PROTOCOL_VERSION, "nonce": mine}, deadline)
+    send(sock, {"type": "challenge", "protocol": PROTOCOL_VERSION, "nonce": mine}, deadline)
     claimed = _expect(read_frame(sock, deadline), "proof", from_editor=False)["proof"]
     token = None
     for candidate in tokens():  # every one compared, in constant time each
@@ -204,7 +211,7 @@ def as_editor(sock: socket.socket, tokens: Callable[[], Iterable[str]], deadline
         raise HandshakeFailed(ERR_TOKEN, "the process could not prove a session token of this editor")
     send(sock, {"type": "proof", "proof": proof(token, EDITOR, theirs, mine)}, deadline)
     # The backend has proved itself: its description may be as large as any of its frames.
-    return token, _expect(read_frame(sock, deadline, protocol.MAX_FRAME_BYTES), "process", from_editor=False)
+    return token, _expect(read_frame(sock, deadline, MAX_FRAME_BYTES), "process", from_editor=False)
 
 
 def _refuse(sock: socket.socket, code: str, text: str, deadline: float) -> None:

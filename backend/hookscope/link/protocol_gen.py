@@ -1,4 +1,8 @@
-"""Writes the TypeScript mirror of ``hookscope.link.protocol`` (``python -m hookscope.link.protocol_gen OUT``).
+"""Writes the TypeScript mirror of the protocol (``python -m hookscope.link.protocol_gen OUT``).
+
+From the catalogue (``protocol_messages``), its shapes (``protocol_structs``) and the shared
+constants and enums (``protocol_vocabulary``): interfaces for every message, reply and struct, and
+the runtime tables ``validate``/``validateReply`` in ``codec.ts`` walk.
 
 The output is committed; ``tests/python/test_protocol.py`` regenerates it in
 memory and fails when the committed file differs, so the two sides cannot drift.
@@ -9,7 +13,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hookscope.link import protocol as p
+from hookscope.link import protocol_messages as messages
+from hookscope.link import protocol_structs as structs
+from hookscope.link import protocol_vocabulary as vocabulary
+from hookscope.link.protocol_schema import Field, Message
 
 _TS_TYPES = {
     "str": "string",
@@ -32,32 +39,32 @@ def _ts_of(of: str) -> str:
     """TypeScript of one ``Field.of`` name: a field type, a struct, an enum, or a list of one of those."""
     if of.endswith("[]"):
         return _ts_of(of[:-2]) + "[]"
-    if of in p.STRUCTS_BY_NAME or of in p.ENUMS:
+    if of in structs.STRUCTS_BY_NAME or of in vocabulary.ENUMS:
         return of
     return _TS_TYPES[of]
 
 
-def _ts(f: p.Field) -> str:
+def _ts(f: Field) -> str:
     if f.of is None:
         return _TS_TYPES[f.type]
     if f.type == "list":
         return _ts_of(f.of) + "[]"
-    if f.type == "map" and f.of not in p.STRUCTS_BY_NAME:
+    if f.type == "map" and f.of not in structs.STRUCTS_BY_NAME:
         return f"Record<string, {_ts_of(f.of)}>"
     return _ts_of(f.of)
 
 
-def _spec(fields: tuple[p.Field, ...]) -> str:
+def _spec(fields: tuple[Field, ...]) -> str:
     """The runtime table's form of fields (validate() in codec.ts walks it)."""
 
-    def one(f: p.Field) -> str:
+    def one(f: Field) -> str:
         of = f", of: '{f.of}'" if f.of else ""
         return f"{{ name: '{f.name}', type: '{f.type}', optional: {'true' if f.optional else 'false'}{of} }}"
 
     return "[" + ", ".join(one(f) for f in fields) + "]"
 
 
-def _field_lines(fields: tuple[p.Field, ...]) -> list[str]:
+def _field_lines(fields: tuple[Field, ...]) -> list[str]:
     lines = []
     for f in fields:
         ts = _ts(f)
@@ -72,27 +79,27 @@ def generate() -> str:
         "// DO NOT EDIT: change protocol.py and run `make protocol`.",
         "/* eslint-disable */",
         "",
-        f"export const PROTOCOL_VERSION = {p.PROTOCOL_VERSION};",
-        f"export const MAX_FRAME_BYTES = {p.MAX_FRAME_BYTES};",
-        f"export const MAX_DEPTH = {p.MAX_DEPTH};",
-        f"export const MAX_COLLECTION = {p.MAX_COLLECTION};",
-        f"export const HELLO_DEADLINE_MS = {int(p.HELLO_DEADLINE_S * 1000)};",
-        f"export const HANDSHAKE_FRAME_BYTES = {p.HANDSHAKE_FRAME_BYTES};",
-        f"export const MAX_REQUEST_FRAME_BYTES = {p.MAX_REQUEST_FRAME_BYTES};",
-        f"export const NONCE_BYTES = {p.NONCE_BYTES};",
-        f"export const PROOF_LABEL = '{p.PROOF_LABEL.decode('ascii')}';",
-        f"export const MAX_PENDING_HANDSHAKES = {p.MAX_PENDING_HANDSHAKES};",
+        f"export const PROTOCOL_VERSION = {vocabulary.PROTOCOL_VERSION};",
+        f"export const MAX_FRAME_BYTES = {vocabulary.MAX_FRAME_BYTES};",
+        f"export const MAX_DEPTH = {vocabulary.MAX_DEPTH};",
+        f"export const MAX_COLLECTION = {vocabulary.MAX_COLLECTION};",
+        f"export const HELLO_DEADLINE_MS = {int(vocabulary.HELLO_DEADLINE_S * 1000)};",
+        f"export const HANDSHAKE_FRAME_BYTES = {vocabulary.HANDSHAKE_FRAME_BYTES};",
+        f"export const MAX_REQUEST_FRAME_BYTES = {vocabulary.MAX_REQUEST_FRAME_BYTES};",
+        f"export const NONCE_BYTES = {vocabulary.NONCE_BYTES};",
+        f"export const PROOF_LABEL = '{vocabulary.PROOF_LABEL.decode('ascii')}';",
+        f"export const MAX_PENDING_HANDSHAKES = {vocabulary.MAX_PENDING_HANDSHAKES};",
         "",
     ]
-    for type_name, (const, values) in p.ENUMS.items():
+    for type_name, (const, values) in vocabulary.ENUMS.items():
         out += [
             "export const " + const + " = [" + ", ".join(f"'{x}'" for x in values) + "] as const;",
             f"export type {type_name} = typeof {const}[number];",
         ]
     out.append("")
-    for s in p.STRUCTS:
+    for s in structs.STRUCTS:
         out += [f"/** {s.doc} */", f"export interface {s.name} {{", *_field_lines(s.fields), "}", ""]
-    for m in p.MESSAGES:
+    for m in messages.MESSAGES:
         name = _camel(m.type) + ("Message" if m.kind != "request" else "Request")
         out += [f"/** {m.doc} */", f"export interface {name} {{", f"  type: '{m.type}';"]
         if m.kind == "request":
@@ -106,14 +113,14 @@ def generate() -> str:
                 "}",
                 "",
             ]
-    to_ext = [m for m in p.MESSAGES if m.direction in ("toExtension",)]
-    to_backend = [m for m in p.MESSAGES if m.direction == "toBackend"]
+    to_ext = [m for m in messages.MESSAGES if m.direction in ("toExtension",)]
+    to_backend = [m for m in messages.MESSAGES if m.direction == "toBackend"]
 
-    def tname(m: p.Message) -> str:
+    def tname(m: Message) -> str:
         return _camel(m.type) + ("Message" if m.kind != "request" else "Request")
 
     out.append(
-        "export type FromBackend = " + " | ".join(tname(m) for m in to_ext + [p.MESSAGES_BY_TYPE["reply"]]) + ";"
+        "export type FromBackend = " + " | ".join(tname(m) for m in to_ext + [messages.MESSAGES_BY_TYPE["reply"]]) + ";"
     )
     out.append("export type ToBackend = " + " | ".join(tname(m) for m in to_backend) + ";")
     out.append("")
@@ -133,17 +140,17 @@ def generate() -> str:
     out.append("  kind: 'event' | 'request' | 'reply'; direction: string; fields: FieldSpec[]; reply?: FieldSpec[] }")
     out.append("/** Runtime table used by validate() and validateReply() in codec.ts. */")
     out.append("export const MESSAGE_SPECS: Record<string, MessageSpec> = {")
-    for m in p.MESSAGES:
+    for m in messages.MESSAGES:
         reply = f", reply: {_spec(m.reply)}" if m.kind == "request" else ""
         out.append(f"  {m.type}: {{ kind: '{m.kind}', direction: '{m.direction}', fields: {_spec(m.fields)}{reply} }},")
     out.append("};")
     out.append("/** The fields of each struct, for validate(). */")
     out.append("export const STRUCT_SPECS: Record<string, FieldSpec[]> = {")
-    for st in p.STRUCTS:
+    for st in structs.STRUCTS:
         out.append(f"  {st.name}: {_spec(st.fields)},")
     out.append("};")
     out.append("/** The names of ENUMS (a string field's `of`; their values are checked where used). */")
-    out.append("export const ENUM_NAMES: readonly string[] = [" + ", ".join(f"'{n}'" for n in p.ENUMS) + "];")
+    out.append("export const ENUM_NAMES: readonly string[] = [" + ", ".join(f"'{n}'" for n in vocabulary.ENUMS) + "];")
     out.append("")
     return "\n".join(out)
 

@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any
 
-from hookscope.link import protocol
+from hookscope.link.protocol_vocabulary import PHASES
 
 PHASE_ALIASES = {
     "pre": "forward_pre",
@@ -62,7 +62,7 @@ def parse_spec(text: str, spec_id: str, default_phases: list[str] | None = None)
         for name in phases_text.split(","):
             phase = PHASE_ALIASES.get(name.strip())
             if phase is None:
-                raise SpecError(f"{text!r}: unknown phase {name!r} (one of {', '.join(protocol.PHASES)})")
+                raise SpecError(f"{text!r}: unknown phase {name!r} (one of {', '.join(PHASES)})")
             phases.append(phase)
     elif condition and condition["kind"].startswith("grad_norm"):
         phases = ["backward"]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hookscope.link import codec, handshake, protocol
-from hookscope.link.protocol import ProtocolError
+from hookscope.link.protocol_vocabulary import ERR_BAD_MESSAGE, HELLO_DEADLINE_S, MAX_PENDING_HANDSHAKES, ProtocolError
 
 ACCEPT_POLL_S = 0.5
 """How often the accepting thread checks that the link was closed (where closing the listening
@@ -154,7 +154,7 @@ class BackendConnection:
         if mtype != "reply":
             try:
                 protocol.validate(message)
-            except protocol.ProtocolError as err:  # kept out of the events: what the extension refuses too
+            except ProtocolError as err:  # kept out of the events: what the extension refuses too
                 self.refused.append((message, str(err)))
                 return
         with self._cond:
@@ -188,7 +188,7 @@ class EditorLink:
         self._cond = threading.Condition()
         self.connections: list[BackendConnection] = []
         self.refused: list[str] = []
-        self._handshakes = threading.BoundedSemaphore(protocol.MAX_PENDING_HANDSHAKES)
+        self._handshakes = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self._closed = False
         self._thread = threading.Thread(target=self._accept_loop, name="hookscope-editor-link", daemon=True)
         self._thread.start()
@@ -273,12 +273,12 @@ class EditorLink:
     def _authenticate(self, sock: socket.socket) -> dict[str, Any] | None:
         """The backend's ``process`` message once both sides proved the token; None when refused."""
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        deadline = time.monotonic() + protocol.HELLO_DEADLINE_S
+        deadline = time.monotonic() + HELLO_DEADLINE_S
         try:
             _, process = handshake.as_editor(sock, lambda: (self.token,), deadline)
             return process
         except (OSError, handshake.HandshakeFailed) as exc:
-            code = getattr(exc, "code", protocol.ERR_BAD_MESSAGE)
+            code = getattr(exc, "code", ERR_BAD_MESSAGE)
             self._refused(f"{code}: {exc}")
             if isinstance(exc, handshake.HandshakeFailed):
                 _refuse(sock, code, exc.message)

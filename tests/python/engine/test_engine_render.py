@@ -15,8 +15,7 @@ from torch import nn
 from hookscope.debugger import stop
 from hookscope.engine.core import Engine
 from hookscope.hooks.kept_outputs import BreakpointOutputs
-from hookscope.link import protocol
-from hookscope.link.protocol import ProtocolError
+from hookscope.link.protocol_vocabulary import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ProtocolError
 from hookscope.visuals import mha_weights
 
 
@@ -76,7 +75,7 @@ def test_a_backward_stop_shows_the_gradient_and_the_output_of_the_same_step(net,
     step(model)
     step(model, 1)
     assert len(seen) == 2
-    for number, images in enumerate(seen):  # steps count from 0 (protocol.STEP_MEANING)
+    for number, images in enumerate(seen):  # steps count from 0 (STEP_MEANING)
         assert images["grad"]["meta"]["of"] == {
             "layer": "layer1.0.conv1",
             "tensor": "grad_output[0]",
@@ -118,7 +117,7 @@ def test_gradients_are_pictured_only_at_a_stop_in_their_layer(net, at_stops):
     seen = at_stops(engine, lambda e, paused: render_error(e, layer="fc1", tensor="grad_output"))
     step(model)
     assert "only while paused in fc1" in str(seen[0])
-    assert render_error(engine, layer="fc2", tensor="weights").code == protocol.ERR_BAD_MESSAGE
+    assert render_error(engine, layer="fc2", tensor="weights").code == ERR_BAD_MESSAGE
 
 
 def test_a_backward_nan_stop_in_a_layer_without_breakpoint_says_no_forward_was_kept_that_step(at_stops):
@@ -141,7 +140,7 @@ def test_a_backward_nan_stop_in_a_layer_without_breakpoint_says_no_forward_was_k
     step(model)
     layer, grad, output = seen[0]
     assert grad["layer"] == layer and grad["phase"] == "backward" and grad["tensor"].startswith("grad_output")
-    assert isinstance(output, ProtocolError) and output.code == protocol.ERR_NOT_AVAILABLE
+    assert isinstance(output, ProtocolError) and output.code == ERR_NOT_AVAILABLE
     assert f"no forward of {layer} was seen in step 0" in str(output)
     engine.shutdown()
     assert hooks_left(model) == []
@@ -332,7 +331,7 @@ def test_without_numpy_or_matplotlib_a_picture_is_a_note_naming_the_packages_and
         importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a)
     )
     error = render_error(engine, layer="conv1", tensor="output")
-    assert error.code == protocol.ERR_NOT_AVAILABLE
+    assert error.code == ERR_NOT_AVAILABLE
     assert str(error).startswith("Feature maps need matplotlib, which ") and sys.executable in str(error)
     assert f"{sys.executable} -m pip install matplotlib" in str(error)
     assert "Gradient-flow charts need matplotlib" in str(

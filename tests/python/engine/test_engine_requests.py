@@ -13,7 +13,13 @@ from torch import nn
 
 from hookscope.engine.core import Engine
 from hookscope.link import protocol
-from hookscope.link.protocol import ProtocolError
+from hookscope.link.protocol_vocabulary import (
+    ERR_BAD_MESSAGE,
+    ERR_NOT_AVAILABLE,
+    ERR_UNKNOWN_LAYER,
+    ERR_UNKNOWN_TYPE,
+    ProtocolError,
+)
 
 
 @pytest.fixture
@@ -268,13 +274,13 @@ def test_unknown_layer_and_model_are_clear_errors(setup):
     _, engine, _ = setup
     with pytest.raises(ProtocolError) as info:
         req(engine, "watch", layers=["nope"])
-    assert info.value.code == protocol.ERR_UNKNOWN_LAYER and "nope" in str(info.value)
+    assert info.value.code == ERR_UNKNOWN_LAYER and "nope" in str(info.value)
     with pytest.raises(ProtocolError) as info:
         req(engine, "getSummaries", layer="fc1", model="other")
-    assert info.value.code == protocol.ERR_UNKNOWN_LAYER
+    assert info.value.code == ERR_UNKNOWN_LAYER
     with pytest.raises(ProtocolError) as info:
         engine.handle({"type": "frobnicate", "id": 3})
-    assert info.value.code == protocol.ERR_UNKNOWN_TYPE
+    assert info.value.code == ERR_UNKNOWN_TYPE
 
 
 def test_param_grads_in_one_pass(setup):
@@ -327,7 +333,7 @@ def test_render_feature_map_captures_on_demand(setup):
     model, engine, _ = setup
     with pytest.raises(ProtocolError) as info:
         req(engine, "render", view="featureMap", layer="stem")
-    assert info.value.code == protocol.ERR_NOT_AVAILABLE and "next forward" in str(info.value)
+    assert info.value.code == ERR_NOT_AVAILABLE and "next forward" in str(info.value)
     model(batch(0)[0])
     body = req(engine, "render", view="featureMap", layer="stem")
     assert body["png"].startswith(b"\x89PNG") and body["width"] > 0
@@ -346,7 +352,7 @@ def test_a_watch_keeps_no_activation_alive_and_a_render_keeps_only_the_last_few_
     assert outputs_alive_after_a_step(model, layers) == [], "summaries alone retain nothing"
     with pytest.raises(ProtocolError) as info:
         req(engine, "render", view="featureMap", layer="stem")  # the panel shows stem: kept from now on
-    assert info.value.code == protocol.ERR_NOT_AVAILABLE
+    assert info.value.code == ERR_NOT_AVAILABLE
     assert outputs_alive_after_a_step(model, layers) == ["stem"]
     assert req(engine, "render", view="featureMap", layer="stem")["png"].startswith(b"\x89PNG")
     rendered = ["stem", "layer1.0", "layer1.1", "pool", "fc1"]  # one more than are kept
@@ -376,7 +382,7 @@ def test_interventions_are_routed_and_removed(setup):
     assert req(engine, "removeIntervention", intervention=iv) == {"removed": 1}
     with pytest.raises(ProtocolError) as info:
         req(engine, "addIntervention", layer="fc1", kind="explode")
-    assert info.value.code == protocol.ERR_BAD_MESSAGE
+    assert info.value.code == ERR_BAD_MESSAGE
 
 
 def test_breakpoints_and_watches_set_earlier_see_the_intervened_output(setup):
@@ -407,7 +413,7 @@ def test_inspect_value_needs_a_pause(setup):
     _, engine, _ = setup
     with pytest.raises(ProtocolError) as info:
         req(engine, "inspectValue", expression="output")
-    assert info.value.code == protocol.ERR_NOT_AVAILABLE
+    assert info.value.code == ERR_NOT_AVAILABLE
 
 
 def test_a_bug_inside_a_handler_is_not_called_a_bad_message(setup, monkeypatch):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hookscope.engine.core import Engine
-from hookscope.link.protocol import ProtocolError
+from hookscope.link.protocol_vocabulary import ProtocolError
 
 SOURCE = Path(__file__).parent / "fixtures" / "line_table_model.py"
 MARK = re.compile(r"#\s*@\s*(?P<layers>[\w.,\s]*)$")

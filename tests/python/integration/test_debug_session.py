@@ -10,7 +10,7 @@ import sys
 import pytest
 from hs_session import DEADLINE, FIXTURES, ROOT, DebugSession, marker_line, wait_for
 
-from hookscope.link import protocol
+from hookscope.link.protocol_vocabulary import ERR_BAD_MESSAGE, ERR_UNKNOWN_TYPE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -84,9 +84,9 @@ def test_layer_breakpoints_pause_in_the_layer_and_leave_no_hook(tmp_path, plain_
         # The agent keeps serving while the program is paused, and bad input gets error replies.
         assert conn.request("ping")["pid"] == conn.pid
         conn.send({"type": "noSuchThing", "id": 900})
-        assert conn.wait_reply(900, DEADLINE)["error"]["code"] == protocol.ERR_UNKNOWN_TYPE
+        assert conn.wait_reply(900, DEADLINE)["error"]["code"] == ERR_UNKNOWN_TYPE
         conn.send({"type": "setBreakOnNonFinite", "id": 901, "enabled": "yes"})
-        assert conn.wait_reply(901, DEADLINE)["error"]["code"] == protocol.ERR_BAD_MESSAGE
+        assert conn.wait_reply(901, DEADLINE)["error"]["code"] == ERR_BAD_MESSAGE
         session.resume(thread_id)
 
         # 2. the source-line breakpoint: head.1's forward at its second call.

@@ -15,6 +15,7 @@ import atheris
 
 with atheris.instrument_imports():
     from hookscope.link import codec, protocol
+    from hookscope.link.protocol_vocabulary import ProtocolError
 
 
 def test_one_input(data: bytes) -> None:
@@ -26,12 +27,12 @@ def test_one_input(data: bytes) -> None:
         stream = len(data).to_bytes(4, "big") + data
     try:
         messages = reader.feed(stream)
-    except protocol.ProtocolError:
+    except ProtocolError:
         return
     for message in messages:
         try:
             protocol.validate(message)
-        except protocol.ProtocolError:
+        except ProtocolError:
             pass
 
 

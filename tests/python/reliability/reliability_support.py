@@ -110,7 +110,7 @@ def baseline(
 
 def arm_everything(conn: Any, model_id: str = "m1") -> None:
     """Breakpoints on every phase that never pause (no debugger: logged), a watch, break on NaN."""
-    from hookscope.link import protocol
+    from hookscope.link.protocol_vocabulary import PHASES
 
     resolved = conn.request(
         "setBreakpoints",
@@ -118,7 +118,7 @@ def arm_everything(conn: Any, model_id: str = "m1") -> None:
             {
                 "id": "all",
                 "layer": "*",
-                "phases": list(protocol.PHASES),
+                "phases": list(PHASES),
                 "condition": {"kind": "absmax_above", "threshold": 1e30},
             },
         ],

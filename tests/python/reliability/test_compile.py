@@ -17,7 +17,7 @@ from torch import nn
 
 from hookscope.engine import discovery
 from hookscope.engine.core import Engine
-from hookscope.link.protocol import ProtocolError
+from hookscope.link.protocol_vocabulary import ProtocolError
 
 
 class Net(nn.Module):

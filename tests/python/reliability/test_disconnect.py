@@ -29,7 +29,7 @@ from reliability_support import (
 )
 
 from hookscope.debugger import stop
-from hookscope.link.protocol import PHASES
+from hookscope.link.protocol_vocabulary import PHASES
 
 DISCONNECT_STEP = 3
 

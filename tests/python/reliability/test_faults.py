@@ -35,8 +35,9 @@ from reliability_support import (
 from torch import nn
 
 from hookscope.engine.core import Engine
-from hookscope.link import handshake, protocol
+from hookscope.link import handshake
 from hookscope.link.agent import SILENCE_LIMIT_S
+from hookscope.link.protocol_vocabulary import ERROR_CODES, PHASES, ProtocolError
 
 
 def test_editor_closes_mid_run_hooks_removed_training_unchanged_and_reconnect(link, live_agent):
@@ -222,7 +223,7 @@ def test_odd_outputs_and_modules_never_crash_with_everything_on():
             "type": "setBreakpoints",
             "id": 1,
             "breakpoints": [
-                {"id": "all", "layer": "*", "phases": list(protocol.PHASES)},  # fires every time: logged
+                {"id": "all", "layer": "*", "phases": list(PHASES)},  # fires every time: logged
             ],
         }
     )
@@ -258,8 +259,8 @@ def test_odd_outputs_and_modules_never_crash_with_everything_on():
     ):
         try:
             engine.handle(request)
-        except protocol.ProtocolError as exc:  # a clear error reply is fine; a crash is not
-            assert exc.code in protocol.ERROR_CODES
+        except ProtocolError as exc:  # a clear error reply is fine; a crash is not
+            assert exc.code in ERROR_CODES
     assert engine.shutdown() > 0
     assert hook_count(model) == 0
 

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reliability_support import SmallNet, hook_count
 
-from hookscope.link import codec, protocol
+from hookscope.link import codec, protocol, protocol_messages
+from hookscope.link.protocol_vocabulary import ERROR_CODES, ProtocolError
 
 BUDGET = settings(
     max_examples=400,
@@ -56,7 +57,7 @@ def _decode_checked(data: bytes) -> object:
     start = time.monotonic()
     try:
         value = codec.decode(data)
-    except protocol.ProtocolError:
+    except ProtocolError:
         value = None
     assert time.monotonic() - start < PER_INPUT_S, f"decode of {len(data)} bytes took too long"
     return value
@@ -65,8 +66,8 @@ def _decode_checked(data: bytes) -> object:
 def _validate_checked(value: object) -> None:
     try:
         protocol.validate(value)
-    except protocol.ProtocolError as exc:
-        assert exc.code in protocol.ERROR_CODES
+    except ProtocolError as exc:
+        assert exc.code in ERROR_CODES
 
 
 @BUDGET
@@ -102,7 +103,7 @@ _field_values = {
 @st.composite
 def protocol_shaped(draw) -> dict:
     """A message of a known type whose fields are sometimes of the right type, sometimes not."""
-    definition = draw(st.sampled_from(protocol.MESSAGES))
+    definition = draw(st.sampled_from(protocol_messages.MESSAGES))
     message: dict = {"type": definition.type}
     if definition.kind == "request":
         message["id"] = draw(st.one_of(st.integers(0, 1000), scalars))
@@ -126,7 +127,7 @@ def test_protocol_shaped_messages_through_frames(message):
     try:
         for i in range(0, len(data), 7):  # split arbitrarily, as TCP may
             decoded += reader.feed(data[i : i + 7])
-    except protocol.ProtocolError:
+    except ProtocolError:
         return
     assert len(decoded) == 1
     _validate_checked(decoded[0])
@@ -142,7 +143,7 @@ def test_frame_reader_random_stream(chunks, header):
         for chunk in chunks:
             for value in reader.feed(chunk):
                 _validate_checked(value)
-    except protocol.ProtocolError:
+    except ProtocolError:
         pass
     assert time.monotonic() - start < PER_INPUT_S
 
@@ -157,7 +158,7 @@ def test_requests_to_a_live_agent_each_get_one_reply(link, live_agent):
     conn.wait_event("modelAdded", timeout=20)
     requests = [
         m
-        for m in protocol.MESSAGES
+        for m in protocol_messages.MESSAGES
         if m.kind == "request" and m.direction != "toExtension" and m.type not in ("removeHooks",)
     ]
     sent: list[int] = []
@@ -187,7 +188,7 @@ def test_requests_to_a_live_agent_each_get_one_reply(link, live_agent):
         reply = conn.wait_reply(request_id, 30)
         assert ("body" in reply) != ("error" in reply)
         if "error" in reply:
-            assert reply["error"]["code"] in protocol.ERROR_CODES
+            assert reply["error"]["code"] in ERROR_CODES
 
     one()
     assert conn.request("ping")["pid"]

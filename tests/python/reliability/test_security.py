@@ -21,13 +21,28 @@ import msgpack
 import pytest
 from reliability_support import SmallNet, wait_until
 
-from hookscope.link import codec, handshake, protocol
+from hookscope.link import codec, handshake
 from hookscope.link.agent import Agent
+from hookscope.link.protocol_vocabulary import (
+    ERR_BAD_MESSAGE,
+    ERR_NOT_AVAILABLE,
+    ERR_TOKEN,
+    ERR_UNKNOWN_LAYER,
+    ERR_UNKNOWN_TYPE,
+    ERR_VERSION,
+    HANDSHAKE_FRAME_BYTES,
+    HELLO_DEADLINE_S,
+    MAX_COLLECTION,
+    MAX_DEPTH,
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    ProtocolError,
+)
 from hookscope.terminal.editor_link import EditorLink
 
 
 def _connect(link: EditorLink) -> socket.socket:
-    sock = socket.create_connection((link.host, link.port), timeout=protocol.HELLO_DEADLINE_S + 10)
+    sock = socket.create_connection((link.host, link.port), timeout=HELLO_DEADLINE_S + 10)
     return sock
 
 
@@ -56,7 +71,7 @@ def _replies(data: bytes) -> list[dict]:
 def _hello(nonce: bytes | None = None, **extra: object) -> dict:
     hello = {
         "type": "hello",
-        "protocol": protocol.PROTOCOL_VERSION,
+        "protocol": PROTOCOL_VERSION,
         "hookscope": "0",
         "nonce": nonce if nonce is not None else handshake.new_nonce(),
     }
@@ -115,7 +130,7 @@ def test_editor_link_refuses_within_the_hello_deadline(link, case):
         elif case == "garbage bytes":
             sock.sendall(struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1")
         elif case == "oversize header":
-            sock.sendall(struct.pack(">I", protocol.HANDSHAKE_FRAME_BYTES + 1))
+            sock.sendall(struct.pack(">I", HANDSHAKE_FRAME_BYTES + 1))
         elif case == "old protocol":  # a hookscope package of protocol 1 sent its token in hello
             sock.sendall(
                 codec.frame(
@@ -134,25 +149,25 @@ def test_editor_link_refuses_within_the_hello_deadline(link, case):
                     }
                 )
             )
-        data, took = _read_until_closed(sock, protocol.HELLO_DEADLINE_S + 10)
+        data, took = _read_until_closed(sock, HELLO_DEADLINE_S + 10)
     finally:
         sock.close()
-    assert took <= protocol.HELLO_DEADLINE_S + 5  # generous: a loaded machine
+    assert took <= HELLO_DEADLINE_S + 5  # generous: a loaded machine
     assert not link.connections, "a refused connection must never be accepted"
     wait_until(lambda: link.refused, what="the refusal to be recorded")
     if case != "silent":
         replies = [m for m in _replies(data) if m["type"] == "reply"]
         assert replies and "error" in replies[0], _replies(data)
         expected = {
-            "wrong token": protocol.ERR_TOKEN,
-            "replayed proof": protocol.ERR_TOKEN,
-            "old protocol": protocol.ERR_VERSION,
-        }.get(case, protocol.ERR_BAD_MESSAGE)
+            "wrong token": ERR_TOKEN,
+            "replayed proof": ERR_TOKEN,
+            "old protocol": ERR_VERSION,
+        }.get(case, ERR_BAD_MESSAGE)
         assert replies[0]["error"]["code"] == expected
         if case == "old protocol":
             assert (
                 "protocol 1" in replies[0]["error"]["message"]
-                and f"speaks {protocol.PROTOCOL_VERSION}" in replies[0]["error"]["message"]
+                and f"speaks {PROTOCOL_VERSION}" in replies[0]["error"]["message"]
             )
         # The editor's own proof is never sent to a peer that did not prove the token.
         assert all(m["type"] != "proof" for m in _replies(data))
@@ -166,7 +181,7 @@ def test_editor_link_hello_deadline_is_total_not_per_read(link):
     sock = _connect(link)
     try:
         frame = codec.frame(_hello())
-        deadline = time.monotonic() + protocol.HELLO_DEADLINE_S * 2.5
+        deadline = time.monotonic() + HELLO_DEADLINE_S * 2.5
         sent = 0
         closed = False
         while time.monotonic() < deadline and sent < len(frame) - 1:
@@ -176,7 +191,7 @@ def test_editor_link_hello_deadline_is_total_not_per_read(link):
                 closed = True
                 break
             sent += 1
-            time.sleep(protocol.HELLO_DEADLINE_S / 2)
+            time.sleep(HELLO_DEADLINE_S / 2)
         if not closed:
             sock.settimeout(0.5)
             try:
@@ -199,7 +214,7 @@ def test_agent_stops_for_good_on_a_wrong_token_and_does_not_log_it(link, caplog,
     a.start()
     try:
         wait_until(lambda: a.refused is not None, what="the agent to be refused")
-        assert a.refused.startswith(protocol.ERR_TOKEN)
+        assert a.refused.startswith(ERR_TOKEN)
         wait_until(lambda: not a._thread.is_alive(), what="the agent thread to end")
         assert a.attempts == 1 and a.connections == 0  # it does not hammer the editor with retries
         assert not link.connections
@@ -227,9 +242,9 @@ def test_agent_refuses_oversize_frames_from_the_header_alone(link, live_agent):
     conn = link.wait_connection(20)
     conn.wait_event("modelAdded", timeout=20)
     # Only the header of a frame above the limit: the agent must refuse it without waiting for the body.
-    conn.send_raw(struct.pack(">I", protocol.MAX_FRAME_BYTES + 1))
+    conn.send_raw(struct.pack(">I", MAX_FRAME_BYTES + 1))
     error = conn.wait_event("reply", lambda m: "error" in m, timeout=20)
-    assert error["re"] == -1 and error["error"]["code"] == protocol.ERR_BAD_MESSAGE
+    assert error["re"] == -1 and error["error"]["code"] == ERR_BAD_MESSAGE
     assert "exceeds" in error["error"]["message"]
     assert conn.wait_closed(20), "the stream cannot be re-synchronised: the agent must drop it"
     # and it reconnects with a fresh hello (the editor decides whether to keep it)
@@ -240,8 +255,8 @@ def test_agent_refuses_oversize_frames_from_the_header_alone(link, live_agent):
 @pytest.mark.parametrize(
     "body,why",
     [
-        (lambda: msgpack.packb(_deep(protocol.MAX_DEPTH + 5)), "nested deeper"),
-        (lambda: b"\xdd" + struct.pack(">I", protocol.MAX_COLLECTION + 1), "collection"),
+        (lambda: msgpack.packb(_deep(MAX_DEPTH + 5)), "nested deeper"),
+        (lambda: b"\xdd" + struct.pack(">I", MAX_COLLECTION + 1), "collection"),
         (lambda: b"\xdf" + struct.pack(">I", 0xFFFFFFFF), "collection"),
         (lambda: b"\xdb" + struct.pack(">I", 0xFFFFFFF0) + b"abc", "truncated string"),
         (lambda: msgpack.packb({1: 2}), "int map key"),
@@ -254,16 +269,16 @@ def test_agent_refuses_oversize_frames_from_the_header_alone(link, live_agent):
 def test_codec_refuses_unbounded_or_broken_bodies_with_protocol_error(body, why):
     data = body()
     start = time.monotonic()
-    with pytest.raises(protocol.ProtocolError) as err:
+    with pytest.raises(ProtocolError) as err:
         codec.decode(data)
-    assert err.value.code == protocol.ERR_BAD_MESSAGE, why
+    assert err.value.code == ERR_BAD_MESSAGE, why
     assert time.monotonic() - start < 5, f"{why}: decoding must not allocate or loop on a claimed size"
 
 
 def test_depth_limit_is_exact():
-    codec.decode(msgpack.packb({"type": "x", "v": _deep(protocol.MAX_DEPTH - 2)}))
-    with pytest.raises(protocol.ProtocolError):
-        codec.decode(msgpack.packb({"type": "x", "v": _deep(protocol.MAX_DEPTH - 1)}))
+    codec.decode(msgpack.packb({"type": "x", "v": _deep(MAX_DEPTH - 2)}))
+    with pytest.raises(ProtocolError):
+        codec.decode(msgpack.packb({"type": "x", "v": _deep(MAX_DEPTH - 1)}))
 
 
 def test_agent_answers_every_bad_message_with_an_error_reply_and_keeps_serving(link, live_agent):
@@ -272,21 +287,21 @@ def test_agent_answers_every_bad_message_with_an_error_reply_and_keeps_serving(l
     conn = link.wait_connection(20)
     conn.wait_event("modelAdded", timeout=20)
     bad = [
-        ({"type": "frobnicate", "id": 1}, protocol.ERR_UNKNOWN_TYPE),
-        ({"type": "x" * 100000, "id": 2}, protocol.ERR_UNKNOWN_TYPE),
-        ({"type": "watch", "id": 3, "layers": "conv"}, protocol.ERR_BAD_MESSAGE),
-        ({"type": "watch", "id": 4, "layers": [1, 2]}, protocol.ERR_UNKNOWN_LAYER),
-        ({"type": "watch", "id": 5, "layers": ["conv"], "rateHz": -1}, protocol.ERR_BAD_MESSAGE),
-        ({"type": "setBreakOnNonFinite", "id": 6, "enabled": 1}, protocol.ERR_BAD_MESSAGE),
+        ({"type": "frobnicate", "id": 1}, ERR_UNKNOWN_TYPE),
+        ({"type": "x" * 100000, "id": 2}, ERR_UNKNOWN_TYPE),
+        ({"type": "watch", "id": 3, "layers": "conv"}, ERR_BAD_MESSAGE),
+        ({"type": "watch", "id": 4, "layers": [1, 2]}, ERR_UNKNOWN_LAYER),
+        ({"type": "watch", "id": 5, "layers": ["conv"], "rateHz": -1}, ERR_BAD_MESSAGE),
+        ({"type": "setBreakOnNonFinite", "id": 6, "enabled": 1}, ERR_BAD_MESSAGE),
         ({"type": "setBreakpoints", "id": 7, "breakpoints": [{"id": 3}]}, None),
         ({"type": "setBreakpoints", "id": 8, "breakpoints": [5, None, "x"]}, None),
-        ({"type": "render", "id": 9, "view": "featureMap", "layer": {"a": 1}}, protocol.ERR_BAD_MESSAGE),
-        ({"type": "render", "id": 10, "view": "nope"}, protocol.ERR_BAD_MESSAGE),
-        ({"type": "getSummaries", "id": 11, "layer": "no.such.layer"}, protocol.ERR_UNKNOWN_LAYER),
-        ({"type": "addIntervention", "id": 12, "layer": "conv", "kind": "explode"}, protocol.ERR_BAD_MESSAGE),
-        ({"type": "inspectValue", "id": 13, "expression": "__import__('os').getpid()"}, protocol.ERR_NOT_AVAILABLE),
-        ({"type": "hit", "id": 14}, protocol.ERR_BAD_MESSAGE),
-        ({"type": "ping", "id": True}, protocol.ERR_BAD_MESSAGE),
+        ({"type": "render", "id": 9, "view": "featureMap", "layer": {"a": 1}}, ERR_BAD_MESSAGE),
+        ({"type": "render", "id": 10, "view": "nope"}, ERR_BAD_MESSAGE),
+        ({"type": "getSummaries", "id": 11, "layer": "no.such.layer"}, ERR_UNKNOWN_LAYER),
+        ({"type": "addIntervention", "id": 12, "layer": "conv", "kind": "explode"}, ERR_BAD_MESSAGE),
+        ({"type": "inspectValue", "id": 13, "expression": "__import__('os').getpid()"}, ERR_NOT_AVAILABLE),
+        ({"type": "hit", "id": 14}, ERR_BAD_MESSAGE),
+        ({"type": "ping", "id": True}, ERR_BAD_MESSAGE),
     ]
     for message, code in bad:
         conn.send(message)

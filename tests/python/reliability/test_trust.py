@@ -30,6 +30,15 @@ from reliability_support import ROOT, SmallNet, batches, hook_count, subprocess_
 from hookscope.link import agent as agent_mod
 from hookscope.link import bounds, codec, handshake, protocol
 from hookscope.link.agent import RequestBudget
+from hookscope.link.protocol_vocabulary import (
+    ERR_BAD_MESSAGE,
+    ERR_BUSY,
+    ERR_TOKEN,
+    ERR_VERSION,
+    HANDSHAKE_FRAME_BYTES,
+    MAX_REQUEST_FRAME_BYTES,
+    PROTOCOL_VERSION,
+)
 from hookscope.terminal.editor_link import EditorLink, RequestError
 
 
@@ -91,9 +100,7 @@ def test_port_squatter_gets_no_token_and_cannot_run_code(link, live_agent, tmp_p
                 peer.sendall(codec.frame(_expression_breakpoint(marker)) + codec.frame({"type": "ping", "id": 2}))
             else:
                 peer.sendall(
-                    codec.frame(
-                        {"type": "challenge", "protocol": protocol.PROTOCOL_VERSION, "nonce": handshake.new_nonce()}
-                    )
+                    codec.frame({"type": "challenge", "protocol": PROTOCOL_VERSION, "nonce": handshake.new_nonce()})
                 )
                 backend_proof = handshake.read_frame(peer, time.monotonic() + 10)
                 assert backend_proof["type"] == "proof"
@@ -135,9 +142,7 @@ def test_agent_gives_up_without_an_editor_that_proves_the_token(link, live_agent
             try:
                 handshake.read_frame(peer, time.monotonic() + 5)
                 peer.sendall(
-                    codec.frame(
-                        {"type": "challenge", "protocol": protocol.PROTOCOL_VERSION, "nonce": handshake.new_nonce()}
-                    )
+                    codec.frame({"type": "challenge", "protocol": PROTOCOL_VERSION, "nonce": handshake.new_nonce()})
                 )
                 handshake.read_frame(peer, time.monotonic() + 5)
                 peer.sendall(codec.frame({"type": "proof", "proof": b"\0" * 32}))
@@ -200,8 +205,8 @@ def test_editor_link_refuses_a_32_mib_first_frame_from_its_header():
         link.close()
     sender.join(10)
     reply = codec.FrameReader().feed(data)[0]
-    assert reply["error"]["code"] == protocol.ERR_BAD_MESSAGE
-    assert f"exceeds the limit of {protocol.HANDSHAKE_FRAME_BYTES}" in reply["error"]["message"]
+    assert reply["error"]["code"] == ERR_BAD_MESSAGE
+    assert f"exceeds the limit of {HANDSHAKE_FRAME_BYTES}" in reply["error"]["message"]
     assert took < 5
     assert peak < 1024 * 1024, f"the link buffered {peak} bytes of an unauthenticated frame"
 
@@ -267,7 +272,7 @@ def test_huge_render_options_are_refused_with_a_clear_error(link, live_agent, vi
     start = time.monotonic()
     with pytest.raises(RequestError) as err:
         conn.request("render", view=view, layer="head", model="m1", options=options)
-    assert err.value.code == protocol.ERR_BAD_MESSAGE
+    assert err.value.code == ERR_BAD_MESSAGE
     assert field in err.value.message
     assert time.monotonic() - start < 5
 
@@ -298,7 +303,7 @@ def test_other_requests_that_size_work_are_bounded(link, live_agent, message, fi
     conn.wait_event("modelAdded", timeout=20)
     with pytest.raises(RequestError) as err:
         conn.request(message["type"], **{k: v for k, v in message.items() if k != "type"})
-    assert err.value.code == protocol.ERR_BAD_MESSAGE and field in err.value.message
+    assert err.value.code == ERR_BAD_MESSAGE and field in err.value.message
 
 
 def test_a_frame_of_empty_maps_is_refused_before_it_becomes_objects(link, live_agent):
@@ -308,7 +313,7 @@ def test_a_frame_of_empty_maps_is_refused_before_it_becomes_objects(link, live_a
     # 1 MiB of empty maps inside one request: within the frame limit, far over the containers allowed.
     body = b"\x82\xa4type\xa4ping\xa2id\x01"
     flood = codec.encode({"type": "ping", "id": 3, "junk": [{}] * 900_000})
-    assert len(flood) <= protocol.MAX_REQUEST_FRAME_BYTES
+    assert len(flood) <= MAX_REQUEST_FRAME_BYTES
     conn.send_raw(len(flood).to_bytes(4, "big") + flood)
     error = conn.wait_event("reply", lambda m: "error" in m, timeout=20)
     assert "maps and arrays" in error["error"]["message"]
@@ -320,8 +325,8 @@ def test_a_bad_token_reply_affects_only_the_request_it_answers(link, live_agent)
     a = live_agent(link, SmallNet())
     conn = link.wait_connection(20)
     conn.wait_event("modelAdded", timeout=20)
-    conn.send(protocol.error_reply(7, protocol.ERR_TOKEN, "a reply that says badToken"))
-    conn.send(protocol.error_reply(-1, protocol.ERR_VERSION, "and one that says protocolMismatch"))
+    conn.send(protocol.error_reply(7, ERR_TOKEN, "a reply that says badToken"))
+    conn.send(protocol.error_reply(-1, ERR_VERSION, "and one that says protocolMismatch"))
     assert conn.request("ping")["pid"] > 0
     assert a.refused is None and a.connected and a.connections == 1
     assert not conn.closed
@@ -433,7 +438,7 @@ def test_stale_requests_are_shed_as_busy_and_counted(link, live_agent, monkeypat
     n = 2000
     conn.send_raw(b"".join(codec.frame({"type": "ping", "id": i}) for i in range(10, 10 + n)))
     replies = [conn.wait_reply(i, 60) for i in range(10, 10 + n)]  # every request gets exactly one answer
-    busy = [r for r in replies if r.get("error", {}).get("code") == protocol.ERR_BUSY]
+    busy = [r for r in replies if r.get("error", {}).get("code") == ERR_BUSY]
     assert busy and len(busy) < n and a.shed == len(busy)
     # The editor is told (stats events while requests are shed), up to the final count.
     assert conn.wait_event("stats", lambda m: m.get("shed") == a.shed, timeout=20)
