@@ -245,11 +245,11 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
       const lines: string[] = [];
       for (const p of hub.processes()) {
         const result = await hub.request(p.id, 'listHooks', {});
-        for (const h of result.hooks as Record<string, unknown>[]) {
-          lines.push(`${p.label}  ${String(h.module)}  ${String(h.kind)}  ${String(h.owner)}  ${String(h.function)}  ${h.file ? `${String(h.file)}:${String(h.line)}` : ''}`);
+        for (const h of result.hooks) {
+          lines.push(`${p.label}  ${h.module}  ${h.kind}  ${h.owner}  ${h.function}  ${h.file ? `${h.file}:${String(h.line)}` : ''}`);
         }
-        for (const l of result.leaks as Record<string, unknown>[]) {
-          lines.push(`${p.label}  LEAK? ${String(l.module)} ${String(l.kind)} ${String(l.function)} counts ${JSON.stringify(l.counts)}`);
+        for (const l of result.leaks) {
+          lines.push(`${p.label}  LEAK? ${l.module} ${l.kind} ${l.function} counts ${JSON.stringify(l.counts)}`);
         }
       }
       log.info(`hooks:\n${lines.join('\n') || '(none)'}`);

@@ -2,67 +2,47 @@
 // image is of — layer, tensor, step — from what the backend rendered (`meta.of`), never from
 // what the panel asked for; the second says how to read it (channels, scale, range, NaN/Inf).
 
+import type { ImageMeta, NonFiniteCounts } from '../src/protocol/messages.gen';
 import { formatNumber } from './format';
 
-type Meta = Record<string, unknown>;
-
-/** `meta.of`: what the backend says the image is of. */
-export interface ImageSubject {
-  layer: string;
-  tensor: string;
-  step?: number;
-  phase?: string;
-  note?: string;
-}
-
-export function subjectOf(meta: Meta): ImageSubject | undefined {
-  const of = meta.of as Record<string, unknown> | undefined;
-  if (!of || typeof of !== 'object') return undefined;
-  return {
-    layer: typeof of.layer === 'string' ? of.layer : '',
-    tensor: typeof of.tensor === 'string' ? of.tensor : '',
-    step: typeof of.step === 'number' ? of.step : undefined,
-    phase: typeof of.phase === 'string' ? of.phase : undefined,
-    note: typeof of.note === 'string' ? of.note : undefined,
-  };
-}
-
-/** "blocks.1.mix · grad_output[0] · step 4" ("model" for views of the whole model). */
-export function captionOf(meta: Meta): string {
-  const of = subjectOf(meta);
+/** "blocks.1.mix · grad_output[0] · step 4" ("model" for views of the whole model), from `meta.of`:
+ * what the backend says the image is of. */
+export function captionOf(meta: ImageMeta): string {
+  const of = meta.of;
   if (!of) return '';
   return [of.layer || 'model', of.tensor, of.step !== undefined ? `step ${of.step}` : ''].filter(Boolean).join(' · ');
 }
 
 const num = (v: unknown): string => (typeof v === 'number' ? formatNumber(v) : '—');
 
-function range(v: unknown): string | undefined {
-  return Array.isArray(v) && v.length === 2 ? `${num(v[0])} … ${num(v[1])}` : undefined;
+/** "lo … hi" of a [lo, hi] range (an end is nil when no value was finite). */
+function range(v: (number | null)[] | undefined): string | undefined {
+  return v?.length === 2 ? `${num(v[0])} … ${num(v[1])}` : undefined;
 }
 
-function shapeText(v: unknown): string {
-  return Array.isArray(v) ? `[${v.join(', ')}]` : '';
+function shapeText(v: number[] | undefined): string {
+  return v ? `[${v.join(', ')}]` : '';
 }
 
 /** "2 NaN · 1 +Inf" from {nan, posinf, neginf}, or undefined when there are none. */
-export function nonFiniteText(v: unknown): string | undefined {
-  const c = (v ?? {}) as Record<string, unknown>;
+export function nonFiniteText(c: NonFiniteCounts | undefined): string | undefined {
+  if (!c) return undefined;
   const parts = ([['nan', 'NaN'], ['posinf', '+Inf'], ['neginf', '-Inf']] as const)
-    .filter(([k]) => typeof c[k] === 'number' && (c[k]) > 0)
-    .map(([k, label]) => `${c[k] as number} ${label}`);
+    .filter(([k]) => c[k] > 0)
+    .map(([k, label]) => `${c[k]} ${label}`);
   return parts.length ? parts.join(' · ') : undefined;
 }
 
 /** How to read the image: what is drawn, on which scale, and what is odd about it. */
-export function describeImage(meta: Meta): string {
+export function describeImage(meta: ImageMeta): string {
   const parts: string[] = [];
   switch (meta.kind) {
     case 'feature_map':
       parts.push(...featureMapWords(meta));
       break;
     case 'attention': {
-      const heads = Number(meta.heads);
-      parts.push(meta.head !== undefined ? (meta.head === 'avg' ? `average of ${heads} heads` : `head ${String(meta.head)} of ${heads}`)
+      const heads = meta.heads ?? 0;
+      parts.push(meta.head !== undefined ? (meta.head === 'avg' ? `average of ${heads} heads` : `head ${meta.head} of ${heads}`)
         : heads > 1 ? `${heads} heads and their average` : 'one head');
       parts.push(`${num(meta.queries)} queries × ${num(meta.keys)} keys`);
       const r = range(meta.range);
@@ -73,7 +53,7 @@ export function describeImage(meta: Meta): string {
       parts.push(`class ${num(meta.target)} (predicted ${num(meta.predicted)}, score ${num(meta.score)})`);
       break;
     case 'gradient_flow': {
-      const flagged = Array.isArray(meta.flagged) ? meta.flagged.length : 0;
+      const flagged = meta.flagged?.length ?? 0;
       parts.push('mean and max |grad| per layer, log scale');
       if (flagged) parts.push(`${flagged} layer${flagged === 1 ? '' : 's'} vanishing or exploding`);
       break;
@@ -88,23 +68,22 @@ export function describeImage(meta: Meta): string {
   }
   const bad = nonFiniteText(meta.nonfinite);
   if (bad) parts.push(bad);
-  const of = subjectOf(meta);
-  if (of?.note) parts.push(of.note);
+  if (meta.of?.note) parts.push(meta.of.note);
   return parts.filter(Boolean).join(' · ');
 }
 
-function featureMapWords(meta: Meta): string[] {
+function featureMapWords(meta: ImageMeta): string[] {
   const words: string[] = [];
   const shape = shapeText(meta.shape);
   if (meta.layout === 'grid') {
-    const shown = Array.isArray(meta.channels) ? meta.channels.length : 0;
-    const pages = Number(meta.pages) || 1;
-    const page = (Number(meta.page) || 0) + 1;
+    const shown = meta.channels?.length ?? 0;
+    const pages = meta.pages ?? 1;
+    const page = (meta.page ?? 0) + 1;
     words.push(pages > 1 ? `${shape}: channels ${page} of ${pages} pages (${shown} shown)` : `${shape}: ${shown} channels`);
     if (meta.batch !== undefined) words.push(`batch item ${num(meta.batch)}`);
     words.push(meta.shared_scale ? `one scale ${range(meta.scale) ?? ''}`.trim() : 'each channel on its own scale');
     if (meta.sorted_by_strength) words.push('strongest first');
-    const constant = Array.isArray(meta.constant) ? meta.constant.length : 0;
+    const constant = meta.constant?.length ?? 0;
     if (constant) words.push(`${constant} constant channel${constant === 1 ? '' : 's'}`);
   } else if (meta.layout === 'single') {
     words.push(`${shape}: channel ${num(meta.channel)}`);
@@ -119,6 +98,6 @@ function featureMapWords(meta: Meta): string[] {
 }
 
 /** Whether an image is a grid of values (drawn crisp, nearest neighbour) rather than a figure with text. */
-export function isPixelImage(meta: Meta): boolean {
+export function isPixelImage(meta: ImageMeta): boolean {
   return meta.layout !== 'figure' && meta.kind !== 'gradient_flow' && meta.kind !== 'histogram' && meta.kind !== 'stats_chart';
 }

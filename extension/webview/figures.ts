@@ -3,11 +3,12 @@
 // panel's width (grids of values crisp, nearest neighbour). Either images (with quiet notes for
 // pictures that cannot be made yet) or one error: never an error beside an image.
 
+import type { ImageMeta } from '../src/protocol/messages.gen';
 import type { PanelFigure, VisualKind } from '../src/protocol/webview';
-import { captionOf, describeImage, isPixelImage, subjectOf } from './caption';
+import { captionOf, describeImage, isPixelImage } from './caption';
 
 export interface ShownImage {
-  meta: Record<string, unknown>;
+  meta: ImageMeta;
   width: number;
   height: number;
 }
@@ -69,7 +70,7 @@ export class Figures {
     const figure = document.createElement('figure');
     figure.className = 'figure';
     figure.setAttribute('data-testid', 'render-figure');
-    const of = subjectOf(image.meta);
+    const of = image.meta.of;
     figure.dataset.layer = of?.layer ?? '';
     figure.dataset.tensor = of?.tensor ?? tensor ?? '';
     if (of?.step !== undefined) figure.dataset.step = String(of.step);

@@ -1,6 +1,7 @@
 // The small per-tensor histogram: its geometry (pure, unit-tested) and the SVG that draws it
 // (the summary table's rows and the "Show in Hookscope" section).
 
+import type { TensorHistogram } from '../src/protocol/messages.gen';
 import { formatNumber } from './format';
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
@@ -29,19 +30,16 @@ export function histogramBars(counts: readonly number[], width: number, height: 
   });
 }
 
-/** The histogram of a summary's `hist` field, if it is well-formed. */
-export function histOf(hist: unknown): { lo: number; hi: number; counts: number[] } | undefined {
-  const h = hist as { lo?: unknown; hi?: unknown; counts?: unknown } | undefined;
-  if (!h || typeof h.lo !== 'number' || typeof h.hi !== 'number' || !Array.isArray(h.counts)) return undefined;
-  const counts = h.counts.filter((c): c is number => typeof c === 'number');
-  return counts.length ? { lo: h.lo, hi: h.hi, counts } : undefined;
+/** The histogram of a summary's `hist` field, when it has bins to draw. */
+export function histOf(hist: TensorHistogram | undefined): TensorHistogram | undefined {
+  return hist?.counts.length ? hist : undefined;
 }
 
 /**
  * The histogram as an SVG drawn in a `width` x `height` box, tagged `testId`. `stretch`: no fixed
  * size, the box scales to whatever width CSS gives it (the table's column); else it is that size.
  */
-export function histogramSvg(hist: { lo: number; hi: number; counts: number[] }, width: number, height: number, testId: string, stretch = false): SVGSVGElement {
+export function histogramSvg(hist: TensorHistogram, width: number, height: number, testId: string, stretch = false): SVGSVGElement {
   const svg = document.createElementNS(SVG_NS, 'svg');
   if (stretch) {
     svg.setAttribute('preserveAspectRatio', 'none');

@@ -4,7 +4,7 @@
 // for (N, C, H, W); the value under the pointer; NaN/Inf in their marker colours. DOM only:
 // the state lives in inspectState.ts. Test ids are listed in extension/README-dev.md.
 
-import type { TensorSummary } from '../src/protocol/messages.gen';
+import type { ImageMeta, TensorSummary } from '../src/protocol/messages.gen';
 import type { InspectFromWebview, InspectToWebview, InspectedTensor } from '../src/views/inspectProtocol';
 import { formatNonFinite, formatNumber, formatShape, hasNonFinite } from './format';
 import { histOf, histogramSvg } from './histogram';
@@ -32,7 +32,7 @@ export class InspectView {
   private queued = false;
   private released = false;
   private values: SliceValues | undefined;
-  private meta: Record<string, unknown> = {};
+  private meta: ImageMeta = {};
   private readonly parts: Record<string, HTMLElement> = {};
 
   constructor(private readonly post: (message: InspectFromWebview) => void) {
@@ -170,7 +170,7 @@ export class InspectView {
   }
 
   private pages(): number | undefined {
-    return typeof this.meta.pages === 'number' ? this.meta.pages : undefined;
+    return this.meta.pages;
   }
 
   private drawSummary(s: TensorSummary): void {
@@ -252,8 +252,7 @@ export class InspectView {
       this.dispatch({ type: 'channel', channel: undefined });
       return;
     }
-    const grid = this.meta.grid as { rows?: number; cols?: number } | undefined;
-    const channels = Array.isArray(this.meta.channels) ? (this.meta.channels as number[]) : [];
+    const { grid, channels = [] } = this.meta;
     if (!grid?.rows || !grid.cols) return;
     const rect = (ev.target as HTMLElement).getBoundingClientRect();
     const col = Math.floor(((ev.clientX - rect.left) / rect.width) * grid.cols);
@@ -263,15 +262,14 @@ export class InspectView {
   }
 }
 
-function describeMeta(meta: Record<string, unknown>): string {
+function describeMeta(meta: ImageMeta): string {
   const parts: string[] = [];
-  const range = meta.range as [number | null, number | null] | undefined;
-  if (Array.isArray(range)) parts.push(`range ${formatNumber(range[0] ?? undefined)} … ${formatNumber(range[1] ?? undefined)}`);
-  const nf = meta.nonfinite as { nan?: number; posinf?: number; neginf?: number } | undefined;
+  const { range, nonfinite: nf } = meta;
+  if (range) parts.push(`range ${formatNumber(range[0] ?? undefined)} … ${formatNumber(range[1] ?? undefined)}`);
   if (nf && (nf.nan || nf.posinf || nf.neginf)) {
-    parts.push(`${formatNonFinite({ nan: nf.nan ?? 0, posinf: nf.posinf ?? 0, neginf: nf.neginf ?? 0 })} (NaN magenta, +Inf red, -Inf cyan)`);
+    parts.push(`${formatNonFinite(nf)} (NaN magenta, +Inf red, -Inf cyan)`);
   }
-  if (typeof meta.downscale === 'number' && meta.downscale > 1) parts.push(`shown 1:${meta.downscale}`);
-  if (typeof meta.pages === 'number' && meta.pages > 1) parts.push(`page ${Number(meta.page) + 1}/${meta.pages}`);
+  if (meta.downscale !== undefined && meta.downscale > 1) parts.push(`shown 1:${meta.downscale}`);
+  if (meta.pages !== undefined && meta.pages > 1) parts.push(`page ${(meta.page ?? 0) + 1}/${meta.pages}`);
   return parts.join(' · ');
 }

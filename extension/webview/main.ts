@@ -13,7 +13,7 @@ import type { InterventionKind } from '../src/protocol/messages.gen';
 import { parseChannels } from './format';
 import { Figures, type ShownImage } from './figures';
 import {
-  channelAt, figureTensors, initialUiState, pageCount, pictureKey, renderOptions, uiReducer, type UiAction, type UiState,
+  channelAt, figureTensors, initialUiState, pictureKey, renderOptions, uiReducer, type UiAction, type UiState,
 } from './state';
 import { tableHead, tensorRows } from './table';
 import { isInspectToWebview, type InspectFromWebview, type InspectToWebview } from '../src/views/inspectProtocol';
@@ -290,9 +290,7 @@ function drawVisualControls(): void {
 }
 
 function pagesFromMeta(): number | undefined {
-  const meta = figures.first?.meta;
-  if (typeof meta?.pages === 'number') return meta.pages;
-  return typeof meta?.totalChannels === 'number' ? pageCount(meta.totalChannels) : undefined;
+  return figures.first?.meta.pages;
 }
 
 // ---- rendering requests ----------------------------------------------------------------

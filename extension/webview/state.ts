@@ -5,6 +5,7 @@
 // page/per_page/batch/shared_scale/sort_by_strength/channel, attention_map's head,
 // grad_cam's target, histogram's log), which the engine passes through as keywords.
 
+import type { GradientFlowOptions, ImageMeta } from '../src/protocol/messages.gen';
 import type { PanelView, VisualKind } from '../src/protocol/webview';
 
 export const CHANNELS_PER_PAGE = 64;
@@ -16,7 +17,7 @@ export interface UiState {
   gradCam: { targetClass?: number };
   histogram: { log: boolean };
   /** The gradient-flow view's options a gradient-health stop asked for (metric, thresholds, the layer). */
-  gradientFlow?: Record<string, unknown>;
+  gradientFlow?: Partial<GradientFlowOptions>;
   /** The stop whose suggested view was taken (each stop switches the view once, then the user decides). */
   suggestedFor?: string;
   /** Channel shown large (feature map), if any. */
@@ -46,7 +47,7 @@ export type UiAction =
   | { type: 'histogramLog'; log: boolean }
   | { type: 'enlarge'; channel?: number }
   | { type: 'showVisual'; on: boolean }
-  | { type: 'suggested'; stop: string; visual: VisualKind; options: Record<string, unknown> }
+  | { type: 'suggested'; stop: string; visual: VisualKind; options: Partial<GradientFlowOptions> }
   | { type: 'layerChanged' };
 
 export function uiReducer(state: UiState, action: UiAction): UiState {
@@ -117,27 +118,13 @@ export function pageCount(channels: number | undefined): number {
  * Which channel a click at (x, y) on the grid image hits, from the image meta the backend
  * returns ({grid: {rows, cols}, channels: [indices in display order]}); undefined off the grid.
  */
-export function channelAt(
-  meta: Record<string, unknown>,
-  x: number,
-  y: number,
-  width: number,
-  height: number,
-): number | undefined {
-  const grid = (meta.grid ?? meta) as Record<string, unknown>;
-  const rows = Number(grid.rows);
-  const cols = Number(grid.cols);
-  if (!(rows > 0 && cols > 0 && width > 0 && height > 0)) return undefined;
-  const col = Math.floor((x / width) * cols);
-  const row = Math.floor((y / height) * rows);
-  if (col < 0 || col >= cols || row < 0 || row >= rows) return undefined;
-  const index = row * cols + col;
-  const order = Array.isArray(meta.channels) ? (meta.channels as unknown[]) : undefined;
-  if (order) return typeof order[index] === 'number' ? (order[index]) : undefined;
-  const first = typeof meta.firstChannel === 'number' ? meta.firstChannel : 0;
-  const total = typeof meta.totalChannels === 'number' ? meta.totalChannels : Number.MAX_SAFE_INTEGER;
-  const channel = first + index;
-  return channel < total ? channel : undefined;
+export function channelAt(meta: ImageMeta, x: number, y: number, width: number, height: number): number | undefined {
+  const { grid, channels } = meta;
+  if (!grid || !channels || !(grid.rows > 0 && grid.cols > 0 && width > 0 && height > 0)) return undefined;
+  const col = Math.floor((x / width) * grid.cols);
+  const row = Math.floor((y / height) * grid.rows);
+  if (col < 0 || col >= grid.cols || row < 0 || row >= grid.rows) return undefined;
+  return channels[row * grid.cols + col];
 }
 
 /** What the panel pictures for a view, in order: at a backward stop in the shown layer the gradient

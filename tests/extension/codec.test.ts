@@ -14,8 +14,9 @@ import { MAX_DEPTH, MAX_FRAME_BYTES, MESSAGE_SPECS } from '../../extension/src/p
 import { proof, proofMatches } from '../../extension/src/protocol/handshake';
 
 const vectorsDir = join(__dirname, '..', 'vectors');
-interface ValidVector { name: string; message: unknown; hex: string }
-interface InvalidVector { name: string; hex: string; code: string }
+/** `replyTo`: a reply whose body is also checked against that request's reply fields. */
+interface ValidVector { name: string; message: unknown; hex: string; replyTo?: string }
+interface InvalidVector { name: string; hex: string; code: string; replyTo?: string }
 const valid = JSON.parse(readFileSync(join(vectorsDir, 'valid.json'), 'utf8')) as ValidVector[];
 const invalid = JSON.parse(readFileSync(join(vectorsDir, 'invalid.json'), 'utf8')) as InvalidVector[];
 
@@ -31,11 +32,13 @@ function fromJson(value: unknown): unknown {
   return value;
 }
 
-/** Decode a whole frame (header included) the way a connection does: split, decode, validate. */
-function decodeFrame(hex: string): unknown {
+/** Decode a whole frame (header included) the way a connection does: split, decode, validate
+ * (a reply's body too, against `replyTo`'s reply fields). */
+function decodeFrame(hex: string, replyTo?: string): unknown {
   const messages = new FrameReader().feed(Buffer.from(hex, 'hex'));
   assert.equal(messages.length, 1, 'exactly one message in the frame');
   validate(messages[0]);
+  if (replyTo !== undefined) validateReply(replyTo, (messages[0] as { body?: unknown }).body);
   return messages[0];
 }
 
@@ -46,7 +49,7 @@ describe('codec: shared valid vectors', () => {
       assert.equal(frameMessage(fromJson(vector.message) as object).toString('hex'), vector.hex);
     });
     it(`decodes ${vector.name} to the same message`, () => {
-      assert.deepEqual(decodeFrame(vector.hex), fromJson(vector.message));
+      assert.deepEqual(decodeFrame(vector.hex, vector.replyTo), fromJson(vector.message));
     });
   }
   it('covers every message type of MESSAGE_SPECS', () => {
@@ -66,7 +69,7 @@ describe('codec: shared invalid vectors', () => {
   for (const vector of invalid) {
     it(`refuses "${vector.name}" with ${vector.code}`, () => {
       assert.throws(
-        () => decodeFrame(vector.hex),
+        () => decodeFrame(vector.hex, vector.replyTo),
         (err: unknown) => err instanceof ProtocolError && err.code === vector.code,
       );
     });
@@ -136,6 +139,23 @@ describe('codec: nested shapes and replies (mirror of test_protocol.py)', () => 
     assert.throws(() => validateReply('setBreakpoints', { resolved: [{ id: 'bp' }] }),
       /reply to setBreakpoints: field 'resolved'\[0\]: missing field 'layers'/);
     assert.throws(() => validateReply('ping', [1]), /the body must be a map/);
+  });
+  it('refuses a malformed leaf of the nested reply and event shapes, by its path', () => {
+    const hook = { model: 'm', module: 'fc', kind: 'forward', owner: 'user', function: 'f' };
+    validateReply('listHooks', { hooks: [hook], leaks: [] });
+    assert.throws(() => validateReply('listHooks', { hooks: [{ ...hook, line: '3' }], leaks: [] }),
+      /reply to listHooks: field 'hooks'\[0\]\.line must be int, got string/);
+    const meta = { range: [null, 1.5], grid: { rows: 2, cols: 2 }, of: { tensor: 'output' } };
+    const image = { png: new Uint8Array(), width: 1, height: 1 };
+    validateReply('render', { ...image, meta });
+    assert.throws(() => validateReply('render', { ...image, meta: { ...meta, grid: { rows: 2, cols: 2.5 } } }),
+      /field 'meta'\.grid\.cols must be int, got float/);
+    assert.throws(() => validateReply('render', { ...image, meta: { ...meta, range: [0, '1'] } }),
+      /field 'meta'\.range\[1\] must be float, got string/);
+    assert.throws(() => validateReply('getParamGrads', { params: [{ name: 'w', shape: [1], absmax: 0, nan: 0, inf: 0 }] }),
+      /reply to getParamGrads: field 'params'\[0\]: missing field 'norm'/);
+    const hit = fromJson(valid.find((v) => v.name === 'hitNonFinite')!.message) as { op: Record<string, unknown> };
+    assert.throws(() => validate({ ...hit, op: { ...hit.op, stack: [3] } }), /hit: field 'op'\.stack\[0\] must be str, got int/);
   });
 });
 

@@ -177,7 +177,7 @@ describe('integration: extension server <-> real Python backend', function () {
     assert.equal(Buffer.from(image.png.subarray(1, 4)).toString('ascii'), 'PNG');
     assert.equal(Buffer.from(image.png).readUInt32BE(16), image.width);
     assert.equal(Buffer.from(image.png).readUInt32BE(20), image.height);
-    assert.deepEqual((image.meta as { channels?: number[] }).channels, [0, 1, 2, 3]);
+    assert.deepEqual(image.meta.channels, [0, 1, 2, 3]);
 
     // An intervention: listed, then removed by its id.
     const added = await hub.request(process1.id, 'addIntervention', { layer: 'conv1', kind: 'zero_channels', model: model.id, channels: [0, 1] });

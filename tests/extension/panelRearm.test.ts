@@ -42,9 +42,9 @@ describe('panel: where break on NaN/Inf saw the value born', () => {
     assert.equal(panelView(panelReducer(state, { type: 'resumed', processId: 'c1' })).bornAt, undefined);
   });
 
-  it('shows no link for an op outside the user code or a malformed one', () => {
+  // A malformed op never gets here: the connection refuses the hit (tests/vectors: "hit op with a string line").
+  it('shows no link for an op outside the user code', () => {
     assert.equal(panelView(pausedAt({ ...hit, op: { op: 'torch.exp', phase: 'forward', stack: [] } })).bornAt, undefined);
-    assert.equal(panelView(pausedAt({ ...hit, op: { op: 'torch.exp', file: 7, line: '3' } })).bornAt, undefined);
     assert.equal(panelView(pausedAt(hit)).bornAt, undefined);
   });
 });

@@ -168,7 +168,8 @@ describe('webview: formatting and histogram', () => {
     assert.ok(bars.every((b) => Math.abs(b.y + b.height - 20) < 1e-9));
     assert.deepEqual(histogramBars([], 40, 20), []);
     assert.deepEqual(histOf({ lo: -1, hi: 1, counts: [1, 2] }), { lo: -1, hi: 1, counts: [1, 2] });
-    assert.equal(histOf({ lo: 'x' }), undefined);
+    assert.equal(histOf({ lo: 0, hi: 0, counts: [] }), undefined);
+    assert.equal(histOf(undefined), undefined);
   });
 });
 
@@ -199,8 +200,8 @@ describe('webview: visual options', () => {
     assert.equal(channelAt(meta, 5, 5, 400, 200), 10);
     assert.equal(channelAt(meta, 399, 199, 400, 200), 17);
     assert.equal(channelAt(meta, 150, 150, 400, 200), 15);
-    assert.equal(channelAt({ rows: 2, cols: 2, firstChannel: 64, totalChannels: 66 }, 150, 150, 200, 200), undefined);
-    assert.equal(channelAt({ rows: 2, cols: 2, firstChannel: 64, totalChannels: 66 }, 150, 50, 200, 200), 65);
-    assert.equal(channelAt({}, 1, 1, 10, 10), undefined);
+    assert.equal(channelAt({ grid: { rows: 2, cols: 2 }, channels: [64, 65, 66] }, 150, 150, 200, 200), undefined, 'an empty tile');
+    assert.equal(channelAt({ grid: { rows: 2, cols: 2 }, channels: [64, 65, 66] }, 150, 50, 200, 200), 65);
+    assert.equal(channelAt({ layout: 'heatmap' }, 1, 1, 10, 10), undefined);
   });
 });

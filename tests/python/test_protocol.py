@@ -38,6 +38,8 @@ def test_valid_vector_roundtrip(vector):
     decoded = codec.FrameReader().feed(bytes.fromhex(vector["hex"]))
     assert decoded == [message]
     protocol.validate(decoded[0])
+    if "replyTo" in vector:
+        protocol.validate_reply(vector["replyTo"], decoded[0]["body"])
 
 
 @pytest.mark.parametrize(
@@ -47,6 +49,8 @@ def test_invalid_vector_refused(vector):
     with pytest.raises(ProtocolError) as err:
         for message in codec.FrameReader().feed(bytes.fromhex(vector["hex"])):
             protocol.validate(message)
+            if "replyTo" in vector:
+                protocol.validate_reply(vector["replyTo"], message["body"])
     assert err.value.code == vector["code"]
 
 
@@ -120,6 +124,31 @@ def test_replies_are_checked_against_their_request():
         protocol.validate_reply("ping", [1])
 
 
+def test_a_malformed_leaf_of_the_nested_reply_and_event_shapes_is_refused_by_its_path():
+    hooks = {
+        "hooks": [{"model": "m", "module": "fc", "kind": "forward", "owner": "user", "function": "f"}],
+        "leaks": [],
+    }
+    protocol.validate_reply("listHooks", hooks)
+    with pytest.raises(ProtocolError, match=r"reply to listHooks: field 'hooks'\[0\]\.line must be int, got str"):
+        protocol.validate_reply("listHooks", {**hooks, "hooks": [{**hooks["hooks"][0], "line": "3"}]})
+    meta = {"range": [None, 1.5], "grid": {"rows": 2, "cols": 2}, "of": {"tensor": "output"}}
+    protocol.validate_reply("render", {"png": b"", "width": 1, "height": 1, "meta": meta})
+    with pytest.raises(ProtocolError, match=r"field 'meta'\.grid\.cols must be int, got float"):
+        protocol.validate_reply(
+            "render", {"png": b"", "width": 1, "height": 1, "meta": {**meta, "grid": {"rows": 2, "cols": 2.5}}}
+        )
+    with pytest.raises(ProtocolError, match=r"field 'meta'\.range\[1\] must be float, got str"):
+        protocol.validate_reply("render", {"png": b"", "width": 1, "height": 1, "meta": {**meta, "range": [0, "1"]}})
+    with pytest.raises(ProtocolError, match=r"reply to getParamGrads: field 'params'\[0\]: missing field 'norm'"):
+        protocol.validate_reply(
+            "getParamGrads", {"params": [{"name": "w", "shape": [1], "absmax": 0, "nan": 0, "inf": 0}]}
+        )
+    hit = make_vectors._to_python(make_vectors.VALID["hitNonFinite"])
+    with pytest.raises(ProtocolError, match=r"hit: field 'op'\.stack\[0\] must be str, got int"):
+        protocol.validate({**hit, "op": {**hit["op"], "stack": [3]}})
+
+
 def test_every_field_of_names_a_known_shape():
     """``of`` is the one place nested shapes are declared: each name must exist (the TS side is generated)."""
     known = set(protocol_structs.STRUCTS_BY_NAME) | set(ENUMS) | {"str", "int", "float", "bool", "bin"}
@@ -128,7 +157,7 @@ def test_every_field_of_names_a_known_shape():
     ]:
         for f in fields:
             if f.of is not None:
-                assert f.of.removesuffix("[]") in known, f"{owner}.{f.name}: unknown of={f.of!r}"
+                assert f.of.removesuffix("[]").removesuffix("?") in known, f"{owner}.{f.name}: unknown of={f.of!r}"
 
 
 def test_views_match_render_options():

@@ -3,6 +3,8 @@
 valid.json: message -> exact msgpack bytes (hex). Binary values are written
 as {"$bin": "<hex>"} in JSON. invalid.json: frame bytes (hex, header
 included) that a decoder must refuse, with the error code it must give.
+An entry of either with "replyTo" is a reply whose body is also checked against
+that request's reply fields (validate_reply / validateReply).
 handshake.json: token, both nonces -> each role's proof (hookscope.link.handshake),
 which the TypeScript side must compute to the same bytes.
 Regenerate with `.venv/bin/python tests/vectors/make_vectors.py` after a
@@ -23,6 +25,41 @@ from hookscope.link.protocol_messages import MESSAGES_BY_TYPE  # noqa: E402
 from hookscope.link.protocol_vocabulary import MAX_FRAME_BYTES, PROTOCOL_VERSION  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+# Floats in the vectors are never whole numbers: JavaScript has one number type, so its encoder writes
+# 1.0 as the int 1 and the bytes would differ (both sides accept an int where a float is declared).
+
+FEATURE_MAP_META = {
+    "kind": "feature_map",
+    "shape": [1, 4, 2, 2],
+    "dtype": "float32",
+    "cmap": "viridis",
+    "markers": {"nan": [255, 0, 255], "posinf": [255, 255, 255], "neginf": [0, 0, 0]},
+    "batch": 0,
+    "layout": "grid",
+    "page": 0,
+    "pages": 1,
+    "per_page": 16,
+    "channels": [0, 1, 2, 3],
+    "ranges": [[-1.5, 1.25], [0.5, 0.5], [None, None], [-0.5, 2.5]],
+    "constant": [1],
+    "shared_scale": False,
+    "sorted_by_strength": False,
+    "grid": {"rows": 2, "cols": 2, "tile_h": 32, "tile_w": 32, "gap": 2, "upscale": 16, "downscale": 1},
+    "nonfinite": {"nan": 4, "posinf": 0, "neginf": 0},
+    "page_nonfinite": {"nan": 4, "posinf": 0, "neginf": 0},
+    "of": {"layer": "conv1", "tensor": "output", "step": 3, "phase": "forward"},
+}
+"""A feature-map grid's meta as engine/core.py's render returns it (a channel with no finite value: [nil, nil])."""
+
+REPLY_TO = {
+    "replyOk": "setBreakpoints",
+    "renderReply": "render",
+    "histogramReply": "render",
+    "paramGradsReply": "getParamGrads",
+    "listHooksReply": "listHooks",
+    "inspectValueReply": "inspectValue",
+}
+"""Replies of VALID that are also checked against their request's reply fields."""
 
 VALID = {
     "hello": {"type": "hello", "protocol": PROTOCOL_VERSION, "hookscope": "0.1.0", "nonce": {"$bin": "11" * 32}},
@@ -109,7 +146,127 @@ VALID = {
     "renderReply": {
         "type": "reply",
         "re": 11,
-        "body": {"png": {"$bin": "89504e470d0a1a0a"}, "width": 8, "height": 4, "meta": {"channels": 64}},
+        "body": {"png": {"$bin": "89504e470d0a1a0a"}, "width": 8, "height": 4, "meta": FEATURE_MAP_META},
+    },
+    "histogramReply": {
+        "type": "reply",
+        "re": 21,
+        "body": {
+            "png": {"$bin": "89504e470d0a1a0a"},
+            "width": 500,
+            "height": 300,
+            "meta": {
+                "kind": "histogram",
+                "shape": [4],
+                "dtype": "float32",
+                "log": False,
+                "edges": [-1.5, 0.25, 1.5],
+                "counts": [1, 2],
+                "nonfinite": {"nan": 1, "posinf": 0, "neginf": 0},
+                "numel": 4,
+                "mean": 0.25,
+                "min": -1.5,
+                "max": 1.5,
+                "markers": {"nan": [255, 0, 255]},
+                "of": {"layer": "fc1", "tensor": "output"},
+            },
+        },
+    },
+    "paramGradsReply": {
+        "type": "reply",
+        "re": 22,
+        "body": {
+            "params": [
+                {"name": "fc1.weight", "shape": [4, 2], "norm": 1.5, "mean": 0.125, "absmax": 0.75, "nan": 0, "inf": 0},
+                {"name": "fc1.bias", "shape": [4], "norm": 2.5, "absmax": 0.5, "nan": 1, "inf": 0},
+            ]
+        },
+    },
+    "listHooksReply": {
+        "type": "reply",
+        "re": 23,
+        "body": {
+            "hooks": [
+                {
+                    "model": "m1",
+                    "module": "fc1",
+                    "kind": "forward",
+                    "owner": "user",
+                    "function": "train.log_output",
+                    "file": "/w/train.py",
+                    "line": 30,
+                },
+                {"model": "*", "module": "*", "kind": "global_forward", "owner": "hookscope", "function": "f"},
+            ],
+            "leaks": [
+                {
+                    "model": "m1",
+                    "module": "fc1",
+                    "kind": "forward",
+                    "function": "train.log_output",
+                    "file": "/w/train.py",
+                    "line": 30,
+                    "counts": [1, 2, 3],
+                }
+            ],
+        },
+    },
+    "inspectValueReply": {
+        "type": "reply",
+        "re": 24,
+        "body": {
+            "summary": {
+                "path": "x",
+                "shape": [2, 2],
+                "dtype": "float32",
+                "device": "cpu",
+                "numel": 4,
+                "nan": 0,
+                "posinf": 0,
+                "neginf": 0,
+            },
+            "png": {"$bin": "89504e470d0a1a0a"},
+            "width": 2,
+            "height": 2,
+            "meta": {"kind": "tensor", "layout": "heatmap", "axes": [0, 1], "index": {"2": 5}, "range": [None, None]},
+            "values": {"$bin": "0000803f"},
+            "valuesShape": [1, 1],
+            "valuesStep": [1, 2],
+        },
+    },
+    "hitNonFinite": {
+        "type": "hit",
+        "breakpoint": "nonfinite",
+        "model": "m1",
+        "layer": "act",
+        "phase": "forward",
+        "reason": "NaN/Inf in act (forward)",
+        "step": 2,
+        "summaries": [],
+        "pausing": True,
+        "origin": "born here",
+        "op": {
+            "op": "torch.log",
+            "phase": "forward",
+            "stack": ["/w/model.py:21 forward", "/usr/lib/torch/nn/module.py:1700 _call_impl"],
+            "file": "/w/model.py",
+            "line": 21,
+            "function": "Act.forward",
+        },
+        "rearm": "the next step",
+    },
+    "hitGradients": {
+        "type": "hit",
+        "breakpoint": "gradients",
+        "model": "m1",
+        "layer": "fc1",
+        "phase": "backward",
+        "reason": "exploding gradients",
+        "step": 5,
+        "summaries": [],
+        "pausing": True,
+        "view": "gradientFlow",
+        "viewOptions": {"metric": "norm", "highlight": "fc1", "exploding": 1000.5},
     },
     "unicode": {"type": "notice", "level": "info", "message": "μ=0.12 σ=0.98 ✓"},
     # One more of every message type, so both codecs and both validators see each of them.
@@ -217,7 +374,59 @@ def invalid_frames() -> list[dict]:
         {"name": "too deep", "hex": _framed(b"\x81\xa4type" + deep), "code": "badMessage"},
         {"name": "invalid utf-8", "hex": _framed(b"\x81\xa4type\xa2\xff\xfe"), "code": "badMessage"},
         *_broken_messages(),
+        *_broken_leaves(),
     ]
+
+
+def _changed(name: str, path: tuple[str | int, ...], value: object) -> dict:
+    """A deep copy of VALID[name] (in Python form) with the value at ``path`` replaced (or removed: _GONE)."""
+    msg = _to_python(VALID[name])
+    where = msg
+    for key in path[:-1]:
+        where = where[key]
+    if value is _GONE:
+        del where[path[-1]]
+    else:
+        where[path[-1]] = value
+    return msg
+
+
+_GONE = object()
+
+
+def _broken_leaves() -> list[dict]:
+    """One malformed leaf deep inside each typed nested field: the validators check to the leaves."""
+    cases = [
+        ("hit summary hist with a string count", "hit", ("summaries", 0, "hist", "counts", 1), "5"),
+        ("hit summary hist without hi", "hit", ("summaries", 0, "hist", "hi"), _GONE),
+        ("hit op with a string line", "hitNonFinite", ("op", "line"), "21"),
+        ("hit op without op", "hitNonFinite", ("op", "op"), _GONE),
+        ("hit op stack of numbers", "hitNonFinite", ("op", "stack", 0), 21),
+        ("hit viewOptions with a string threshold", "hitGradients", ("viewOptions", "exploding"), "1e3"),
+        ("hit viewOptions without metric", "hitGradients", ("viewOptions", "metric"), _GONE),
+        ("getParamGrads reply with a string nan count", "paramGradsReply", ("body", "params", 0, "nan"), "0"),
+        ("getParamGrads reply without name", "paramGradsReply", ("body", "params", 1, "name"), _GONE),
+        ("listHooks reply with a numeric owner", "listHooksReply", ("body", "hooks", 0, "owner"), 1),
+        ("listHooks reply with a string line", "listHooksReply", ("body", "hooks", 0, "line"), "30"),
+        ("listHooks reply leak counts of strings", "listHooksReply", ("body", "leaks", 0, "counts", 2), "3"),
+        ("listHooks reply without leaks", "listHooksReply", ("body", "leaks"), _GONE),
+        ("render reply without meta", "renderReply", ("body", "meta"), _GONE),
+        ("render reply meta grid rows a string", "renderReply", ("body", "meta", "grid", "rows"), "2"),
+        ("render reply meta range end a string", "renderReply", ("body", "meta", "ranges", 0, 1), "1.0"),
+        ("render reply meta channels a number", "renderReply", ("body", "meta", "channels"), 64),
+        ("render reply meta of without tensor", "renderReply", ("body", "meta", "of", "tensor"), _GONE),
+        ("render reply meta nonfinite nan a float", "histogramReply", ("body", "meta", "nonfinite", "nan"), 1.5),
+        ("render reply meta edges with a string", "histogramReply", ("body", "meta", "edges", 0), "-1"),
+        ("inspectValue reply meta index a string", "inspectValueReply", ("body", "meta", "index", "2"), "5"),
+        ("inspectValue reply valuesStep of strings", "inspectValueReply", ("body", "valuesStep", 0), "1"),
+    ]
+    out = []
+    for title, name, path, value in cases:
+        vector = {"name": title, "hex": _framed(codec.encode(_changed(name, path, value))), "code": "badMessage"}
+        if name in REPLY_TO:
+            vector["replyTo"] = REPLY_TO[name]
+        out.append(vector)
+    return out
 
 
 def _broken_messages() -> list[dict]:
@@ -262,7 +471,13 @@ _WRONG = {"str": 7, "int": "7", "float": "7.5", "bool": 1, "bin": "not bytes", "
 
 
 def valid_vectors() -> list[dict]:
-    return [{"name": name, "message": msg, "hex": codec.frame(_to_python(msg)).hex()} for name, msg in VALID.items()]
+    out = []
+    for name, msg in VALID.items():
+        vector = {"name": name, "message": msg, "hex": codec.frame(_to_python(msg)).hex()}
+        if name in REPLY_TO:
+            vector["replyTo"] = REPLY_TO[name]
+        out.append(vector)
+    return out
 
 
 def handshake_vectors() -> list[dict]:

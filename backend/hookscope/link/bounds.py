@@ -8,6 +8,7 @@ field, the value's problem and the limit.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 
@@ -42,7 +43,7 @@ COLORMAP_NAME_CHARS = 32
 class _Bound:
     """A check of one option's value; ``describe`` is the allowed range, for the error."""
 
-    def __init__(self, describe: str, ok: Any) -> None:
+    def __init__(self, describe: str, ok: Callable[[Any], bool]) -> None:
         self.describe, self.ok = describe, ok
 
 

@@ -28,7 +28,8 @@ HEADER_BYTES = _HEADER.size
 
 def encode(message: dict[str, Any]) -> bytes:
     """msgpack bytes of one message (no frame header). bin stays bin, str stays str."""
-    return msgpack.packb(message, use_bin_type=True, default=_default)
+    body: bytes = msgpack.packb(message, use_bin_type=True, default=_default)
+    return body
 
 
 def frame(message: dict[str, Any]) -> bytes:
@@ -41,7 +42,7 @@ def frame(message: dict[str, Any]) -> bytes:
 
 def frame_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
     """Body length announced by a header; refuses a frame over ``limit`` before reading it."""
-    (length,) = _HEADER.unpack(header)
+    length: int = _HEADER.unpack(header)[0]
     if length > limit:
         raise ProtocolError(ERR_BAD_MESSAGE, f"frame of {length} bytes exceeds the limit of {limit}")
     return length

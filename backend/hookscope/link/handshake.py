@@ -129,12 +129,12 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
     return bytes(data)
 
 
-def send(sock: socket.socket, message: dict, deadline: float) -> None:
+def send(sock: socket.socket, message: dict[str, Any], deadline: float) -> None:
     sock.settimeout(max(0.01, deadline - time.monotonic()))
     sock.sendall(codec.frame(message))
 
 
-def _expect(message: Any, mtype: str, *, from_editor: bool) -> dict:
+def _expect(message: Any, mtype: str, *, from_editor: bool) -> dict[str, Any]:
     """``message`` as a valid ``mtype``; an error reply from the editor raises its refusal."""
     if isinstance(message, dict) and message.get("type") == "reply" and isinstance(message.get("error"), dict):
         error = message["error"]
@@ -148,12 +148,13 @@ def _expect(message: Any, mtype: str, *, from_editor: bool) -> dict:
         protocol.validate(message)
     except ProtocolError as exc:
         raise HandshakeFailed(exc.code, f"during the handshake: {exc}") from None
-    if message["type"] != mtype:
-        raise HandshakeFailed(ERR_BAD_MESSAGE, f"expected {mtype!r} in the handshake, got {message['type'][:32]!r}")
-    return message
+    checked: dict[str, Any] = message  # validate() refuses anything but a map with a known string type
+    if checked["type"] != mtype:
+        raise HandshakeFailed(ERR_BAD_MESSAGE, f"expected {mtype!r} in the handshake, got {checked['type'][:32]!r}")
+    return checked
 
 
-def _nonce(message: dict, other: bytes | None = None) -> bytes:
+def _nonce(message: dict[str, Any], other: bytes | None = None) -> bytes:
     nonce = message["nonce"]
     if len(nonce) != NONCE_BYTES or (other is not None and hmac.compare_digest(bytes(nonce), other)):
         raise HandshakeFailed(ERR_BAD_MESSAGE, f"a challenge must be {NONCE_BYTES} fresh random bytes")
@@ -164,7 +165,7 @@ def _nonce(message: dict, other: bytes | None = None) -> bytes:
 # The two sides.
 
 
-def as_backend(sock: socket.socket, token: str, describe: Callable[[], dict], deadline: float) -> None:
+def as_backend(sock: socket.socket, token: str, describe: Callable[[], dict[str, Any]], deadline: float) -> None:
     """The debuggee's side: returns once the editor proved the token and ``process`` was sent."""
     mine = new_nonce()
     send(
@@ -187,7 +188,7 @@ def as_backend(sock: socket.socket, token: str, describe: Callable[[], dict], de
     send(sock, {"type": "process", **describe()}, deadline)
 
 
-def as_editor(sock: socket.socket, tokens: Callable[[], Iterable[str]], deadline: float) -> tuple[str, dict]:
+def as_editor(sock: socket.socket, tokens: Callable[[], Iterable[str]], deadline: float) -> tuple[str, dict[str, Any]]:
     """The editor's side: returns (the token the backend proved, its ``process`` message).
 
     ``tokens`` gives the live session tokens. Raises HandshakeFailed (the caller sends the

@@ -15,7 +15,7 @@ the two validators in step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from hookscope.link.bounds import BoundsError, check_bounds
 from hookscope.link.protocol_messages import MESSAGES_BY_TYPE
@@ -77,20 +77,27 @@ def _check_value(where: str, value: Any, type_: FieldType, of: str | None) -> No
     if type_ == "map" and of in STRUCTS_BY_NAME:
         _check_fields(where if ":" in where else f"{where}:", value, STRUCTS_BY_NAME[of].fields)
         return
+    item_type, item_of, nullable = _leaf(of)
     items = enumerate(value) if type_ == "list" else value.items()
     for key, item in items:
-        _check_value(f"{where}[{key!r}]" if type_ == "map" else f"{where}[{key}]", item, *_leaf(of))
+        if item is None and nullable:
+            continue
+        _check_value(f"{where}[{key!r}]" if type_ == "map" else f"{where}[{key}]", item, item_type, item_of)
 
 
-def _leaf(of: str) -> tuple[FieldType, str | None]:
-    """The field type and ``of`` of one element named by ``of``: 'int', 'TensorSummary', 'str[]'."""
+_LEAF_TYPES: dict[str, FieldType] = {name: name for name in get_args(FieldType)}
+
+
+def _leaf(of: str) -> tuple[FieldType, str | None, bool]:
+    """The field type and ``of`` of one element named by ``of`` ('int', 'TensorSummary', 'str[]',
+    'float?'), and whether it may be nil."""
     if of.endswith("[]"):
-        return "list", of[:-2]
+        return "list", of[:-2], False
     if of in STRUCTS_BY_NAME:
-        return "map", of
+        return "map", of, False
     if of in ENUMS:
-        return "str", of
-    return of, None  # type: ignore[return-value]
+        return "str", of, False
+    return _LEAF_TYPES[of.removesuffix("?")], None, of.endswith("?")
 
 
 def validate(msg: Any) -> Message:

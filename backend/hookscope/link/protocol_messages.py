@@ -108,19 +108,13 @@ MESSAGES: tuple[Message, ...] = (
             _f(
                 "op",
                 "map",
-                "for nonfinite: the op where the first NaN/Inf was born, from the replay: "
-                "op, phase, file, line, function, stack (user frames, innermost first), "
-                "node (backward), tensor (a parameter/buffer already non-finite)",
+                "for nonfinite: the op where the first NaN/Inf was born, from the replay",
                 True,
+                of="NanOrigin",
             ),
             _f("rearm", "str", "for nonfinite and gradients: when that switch stops again after this stop", True),
             _f("view", "str", "a view the panel shows at this stop ('gradientFlow' at a gradient-health stop)", True),
-            _f(
-                "viewOptions",
-                "map",
-                "render options of that view ({metric: 'norm', exploding?, vanishing?, highlight: the stopped layer})",
-                True,
-            ),
+            _f("viewOptions", "map", "render options of that view", True, of="GradientFlowOptions"),
         ),
     ),
     Message(
@@ -286,7 +280,7 @@ MESSAGES: tuple[Message, ...] = (
         "toBackend",
         "Summaries of every parameter's .grad of a model.",
         (_f("model", "str", "model id; default the first model", True),),
-        (_f("params", "list", "[{name, shape, norm, mean, absmax, nan, inf}]"),),
+        (_f("params", "list", "in named_parameters() order, those with a .grad", of="ParamGrad"),),
     ),
     Message(
         "listHooks",
@@ -295,8 +289,8 @@ MESSAGES: tuple[Message, ...] = (
         "Every hook on the watched models, Hookscope's and the user's.",
         (_f("model", "str", "model id; default all", True),),
         (
-            _f("hooks", "list", "[{module, kind, owner, function, file, line}]"),
-            _f("leaks", "list", "[{module, kind, function, counts}] hooks whose count keeps growing"),
+            _f("hooks", "list", "every hook, model by model", of="HookInfo"),
+            _f("leaks", "list", "hooks whose count keeps growing", of="HookLeak"),
         ),
     ),
     Message(
@@ -330,12 +324,7 @@ MESSAGES: tuple[Message, ...] = (
             _f("png", "bin", "the PNG bytes"),
             _f("width", "int", "pixels"),
             _f("height", "int", "pixels"),
-            _f(
-                "meta",
-                "map",
-                "what the image shows: value range, channel order, NaN/Inf counts...; "
-                "meta.of = {layer, tensor, step, phase, note?}: what the image is of",
-            ),
+            _f("meta", "map", "what the image shows and (meta.of) what it is of", of="ImageMeta"),
         ),
     ),
     Message(
@@ -399,7 +388,7 @@ MESSAGES: tuple[Message, ...] = (
             _f("path", "str", "where the tensor sits in the published value ('batch.image', 'out[0]')", True),
             _f("width", "int", "image pixels", True),
             _f("height", "int", "image pixels", True),
-            _f("meta", "map", "what the image shows (range, axes, index, NaN/Inf counts, grid)", True),
+            _f("meta", "map", "what the image shows (range, axes, index, NaN/Inf counts, grid)", True, of="ImageMeta"),
             _f("values", "bin", "the displayed slice's values, float32 little-endian, row-major", True),
             _f("valuesShape", "list", "[rows, cols] of 'values'", True, of="int"),
             _f(
@@ -407,6 +396,7 @@ MESSAGES: tuple[Message, ...] = (
                 "list",
                 "[row step, col step]: values[i][j] is the slice's element (i*step0, j*step1)",
                 True,
+                of="int",
             ),
         ),
     ),

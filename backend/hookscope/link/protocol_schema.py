@@ -23,7 +23,8 @@ class Field:
     optional: bool = False
     of: str | None = None
     """What's inside: a list's element, a map's struct (or the type of its values), a string's enum.
-    A field type, a name of STRUCTS or ENUMS, or one of those with ``[]`` (a list of them)."""
+    A field type, a name of STRUCTS or ENUMS, or one of those with ``[]`` (a list of them); a leaf
+    type with ``?`` (``float?``) is one that may be nil (a range whose ends are not finite)."""
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,9 @@ VIEWS = ("featureMap", "attention", "gradCam", "gradientFlow", "histogram", "ten
 
 NOTICE_LEVELS = ("info", "warning", "error")
 
+HOOK_OWNERS = ("hookscope", "user")
+"""Whose a hook is (``HookInfo.owner``): Hookscope's own, or anything else."""
+
 ENUMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "Phase": ("PHASES", PHASES),
     "ConditionKind": ("CONDITIONS", CONDITIONS),
@@ -102,5 +105,6 @@ ENUMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ErrorCode": ("ERROR_CODES", ERROR_CODES),
     "View": ("VIEWS", VIEWS),
     "NoticeLevel": ("NOTICE_LEVELS", NOTICE_LEVELS),
+    "HookOwner": ("HOOK_OWNERS", HOOK_OWNERS),
 }
 """String enums by their TypeScript type name: (constant name, values); a field names one with ``of``."""

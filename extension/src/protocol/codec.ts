@@ -254,17 +254,22 @@ function checkValue(where: string, value: unknown, type: FieldType, of: string |
     checkFields(where.includes(':') ? where : `${where}:`, value as Record<string, unknown>, STRUCT_SPECS[of]);
     return;
   }
-  const [itemType, itemOf] = leaf(of);
-  if (type === 'list') (value as unknown[]).forEach((item, i) => checkValue(`${where}[${i}]`, item, itemType, itemOf));
-  else for (const [key, item] of Object.entries(value as Record<string, unknown>)) checkValue(`${where}['${key}']`, item, itemType, itemOf);
+  const [itemType, itemOf, nullable] = leaf(of);
+  const check = (path: string, item: unknown): void => {
+    if (!(nullable && item === null)) checkValue(path, item, itemType, itemOf);
+  };
+  if (type === 'list') (value as unknown[]).forEach((item, i) => check(`${where}[${i}]`, item));
+  else for (const [key, item] of Object.entries(value as Record<string, unknown>)) check(`${where}['${key}']`, item);
 }
 
-/** The field type and `of` of one element named by `of`: 'int', 'TensorSummary', 'str[]'. */
-function leaf(of: string): [FieldType, string | undefined] {
-  if (of.endsWith('[]')) return ['list', of.slice(0, -2)];
-  if (Object.prototype.hasOwnProperty.call(STRUCT_SPECS, of)) return ['map', of];
-  if (ENUM_NAMES.includes(of)) return ['str', of];
-  return [of as FieldType, undefined];
+/** The field type and `of` of one element named by `of` ('int', 'TensorSummary', 'str[]', 'float?'),
+ * and whether it may be nil. */
+function leaf(of: string): [FieldType, string | undefined, boolean] {
+  if (of.endsWith('[]')) return ['list', of.slice(0, -2), false];
+  if (Object.prototype.hasOwnProperty.call(STRUCT_SPECS, of)) return ['map', of, false];
+  if (ENUM_NAMES.includes(of)) return ['str', of, false];
+  const nullable = of.endsWith('?');
+  return [(nullable ? of.slice(0, -1) : of) as FieldType, undefined, nullable];
 }
 
 /**

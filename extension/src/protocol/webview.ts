@@ -2,7 +2,7 @@
 // Host -> webview: the whole panel view model, rendered pictures (image, note or error each).
 // Webview -> host: render requests, saving, interventions.
 
-import type { InterventionInfo, InterventionKind, NoticeLevel, TensorSummary, View } from './messages.gen';
+import type { GradientFlowOptions, ImageMeta, InterventionInfo, InterventionKind, NoticeLevel, TensorSummary, View } from './messages.gen';
 
 export type PanelStatus = 'notConnected' | 'waiting' | 'paused' | 'live';
 
@@ -62,7 +62,7 @@ export interface PanelView {
   bornAt?: BornAt;
   /** A view the stop asks for (the hit's `view`/`viewOptions`: a gradient-health stop's gradient-norm
    * profile); the webview switches to it once per stop. */
-  suggested?: { visual: VisualKind; options: Record<string, unknown> };
+  suggested?: { visual: VisualKind; options: Partial<GradientFlowOptions> };
   tensors: TensorSummary[];
   interventions: PanelIntervention[];
   notices: PanelNotice[];
@@ -76,7 +76,7 @@ export interface PanelView {
 export interface PanelFigure {
   /** The tensor asked for ('output', 'grad_output'...; absent for views of the whole layer or model). */
   tensor?: string;
-  image?: { dataUrl: string; width: number; height: number; meta: Record<string, unknown> };
+  image?: { dataUrl: string; width: number; height: number; meta: ImageMeta };
   /** Nothing to show, and why ("no forward of X was seen in step 4"): not a failure. */
   note?: string;
   /** The render failed: the panel shows this instead of any image. */
@@ -88,7 +88,8 @@ export type ToWebview =
   | { type: 'images'; seq: number; visual: VisualKind; figures: PanelFigure[] }
   | { type: 'saved'; path: string };
 
-/** Where break on NaN/Inf saw the first non-finite value born (the hit's `op`). */
+/** Where break on NaN/Inf saw the first non-finite value born: the hit's `op` (NanOrigin) when it names a
+ * line of the user's code. */
 export interface BornAt {
   op: string;
   file: string;

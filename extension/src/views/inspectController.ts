@@ -140,7 +140,7 @@ export class InspectController implements vscode.DebugAdapterTrackerFactory, vsc
         },
       });
       this.log.event('inspect.shown', {
-        expression: check.expression, process: process.id, pid: published.pid, frameId, shape: (body.summary as { shape?: number[] }).shape ?? null,
+        expression: check.expression, process: process.id, pid: published.pid, frameId, shape: body.summary.shape,
       });
     } catch (err) {
       this.fail(check.expression, (err as Error).message);
@@ -168,7 +168,7 @@ export class InspectController implements vscode.DebugAdapterTrackerFactory, vsc
         dataUrl: `data:image/png;base64,${png.toString('base64')}`, width: body.width ?? 0, height: body.height ?? 0,
         meta: body.meta ?? {}, summary: body.summary,
         values: body.values ? Buffer.from(body.values).toString('base64') : undefined,
-        valuesShape: body.valuesShape, valuesStep: body.valuesStep as number[] | undefined,
+        valuesShape: body.valuesShape, valuesStep: body.valuesStep,
       });
       this.log.event('inspect.render', {
         view: typeof message.options.view === 'string' ? message.options.view : 'slice', width: body.width ?? 0, height: body.height ?? 0, bytes: png.byteLength, ms: Date.now() - started,

@@ -2,7 +2,7 @@
 // ("Show in Hookscope"); both sides import this file. Kept apart from protocol/webview.ts so
 // the layer panel's messages stay as they are.
 
-import type { TensorSummary } from '../protocol/messages.gen';
+import type { ImageMeta, TensorSummary } from '../protocol/messages.gen';
 
 /** A tensor published from a paused frame. */
 export interface InspectedTensor {
@@ -21,7 +21,7 @@ export type InspectToWebview =
   | { type: 'inspect'; tensor: InspectedTensor }
   | {
     type: 'inspectImage'; seq: number; handle: string; dataUrl: string; width: number; height: number;
-    meta: Record<string, unknown>; summary?: TensorSummary;
+    meta: ImageMeta; summary?: TensorSummary;
     /** float32 little-endian values of the displayed slice, base64. */
     values?: string; valuesShape?: number[]; valuesStep?: number[];
   }

@@ -109,8 +109,7 @@ export class LayersView implements vscode.TreeDataProvider<LayerNode>, vscode.Di
       for (const modelId of p.models.keys()) {
         try {
           const result = await this.hub.request(p.id, 'listHooks', { model: modelId });
-          for (const h of result.hooks as { module?: unknown; owner?: unknown }[]) {
-            if (typeof h?.module !== 'string') continue;
+          for (const h of result.hooks) {
             const key = `${p.id}/${modelId}/${h.module}`;
             const c = counts.get(key) ?? { ours: 0, user: 0 };
             if (h.owner === 'hookscope') c.ours += 1;

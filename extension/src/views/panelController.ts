@@ -9,7 +9,7 @@ import { Emitter } from '../common/events';
 import type { Logger, Tracer } from '../common/logger';
 import { RequestError } from '../backend/connection';
 import type { BackendHub } from '../backend/hub';
-import type { InterventionKind } from '../protocol/messages.gen';
+import type { ImageMeta, InterventionKind } from '../protocol/messages.gen';
 import type { PanelTarget, PanelView, VisualKind } from '../protocol/webview';
 import { initialPanelState, panelReducer, panelView, type PanelAction, type PanelState } from './panelState';
 
@@ -18,7 +18,7 @@ export interface RenderedImage {
   png: Uint8Array;
   width: number;
   height: number;
-  meta: Record<string, unknown>;
+  meta: ImageMeta;
   layer: string;
 }
 
@@ -174,12 +174,12 @@ export class PanelController {
       view: visual, layer: target.layer || undefined, model: target.model, options, tensor,
     }, 60000);
     const image: RenderedImage = {
-      visual, png: result.png, width: result.width, height: result.height, meta: result.meta ?? {}, layer: target.layer,
+      visual, png: result.png, width: result.width, height: result.height, meta: result.meta, layer: target.layer,
     };
-    const of = (image.meta.of ?? {}) as Record<string, unknown>;
+    const of = image.meta.of;
     this.trace.event('render', {
       visual, layer: target.layer, width: image.width, height: image.height, bytes: image.png.byteLength, ms: Date.now() - started,
-      tensor: of.tensor ?? null, step: of.step ?? null, phase: of.phase ?? null,
+      tensor: of?.tensor ?? null, step: of?.step ?? null, phase: of?.phase ?? null,
     });
     return image;
   }

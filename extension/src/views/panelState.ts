@@ -4,7 +4,7 @@
 // and the table the webview draws. A new debug session starts clean: the notices of
 // ended sessions go, and none of theirs arrives later. No `vscode`: unit-tested directly.
 
-import type { HitMessage, TensorSummary } from '../protocol/messages.gen';
+import type { HitMessage, NanOrigin, TensorSummary } from '../protocol/messages.gen';
 import type { BornAt, PanelIntervention, PanelNotice, PanelTarget, PanelView } from '../protocol/webview';
 
 export interface PanelProcess {
@@ -209,14 +209,13 @@ export function panelView(state: PanelState): PanelView {
 /** The view a hit asks the panel for (a gradient-health stop: the gradient-flow view by norm). */
 function suggestedView(hit: HitMessage): PanelView['suggested'] {
   if (hit.view !== 'gradientFlow') return undefined;
-  const options = hit.viewOptions && typeof hit.viewOptions === 'object' ? { ...(hit.viewOptions) } : {};
-  return { visual: 'gradientFlow', options };
+  return { visual: 'gradientFlow', options: { ...hit.viewOptions } };
 }
 
 /** The hit's `op` (break on NaN/Inf, from the replay), when it names a line of the user's code. */
-export function bornAt(op: Record<string, unknown> | undefined): BornAt | undefined {
-  if (!op || typeof op.file !== 'string' || typeof op.line !== 'number' || typeof op.op !== 'string') return undefined;
-  return { op: op.op, file: op.file, line: op.line, fn: typeof op.function === 'string' ? op.function : undefined };
+export function bornAt(op: NanOrigin | undefined): BornAt | undefined {
+  if (op?.file === undefined || op.line === undefined) return undefined;
+  return { op: op.op, file: op.file, line: op.line, fn: op.function };
 }
 
 export function stepText(step: number): string {

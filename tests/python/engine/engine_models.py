@@ -155,9 +155,10 @@ def hooks_left(model: nn.Module) -> list[str]:
 
 
 def req(engine: Any, type_: str, **fields: Any) -> dict:
-    """A request as the editor sends it: validated by the protocol, then handled by the engine."""
+    """A request as the editor sends it: validated by the protocol, then handled by the engine; its reply
+    checked as the editor checks it (every typed field, down to the leaves)."""
     from hookscope.link import protocol
 
     message = {"type": type_, "id": 1, **fields}
     protocol.validate(message)
-    return engine.handle(message)
+    return protocol.validate_reply(type_, engine.handle(message))
