@@ -66,7 +66,20 @@ export interface ProcessState {
   paused: HitMessage | undefined;
   interventions: InterventionInfo[];
   resolutions: Resolution[];
+  /** Bumped when a model is added or removed: resolutions asked for before then may miss its layers. */
+  modelsVersion: number;
+  /** `modelsVersion` when the current `resolutions` were asked for (-1: never). */
+  resolvedVersion: number;
   dropped: number;
+}
+
+/**
+ * Whether a breakpoint that resolved to no layer in this process really matches none: the process
+ * has models and its resolutions were asked for with all of them. Right after `modelAdded` they are
+ * the older set's until the resend (150 ms later) answers, and a breakpoint is not judged on those.
+ */
+export function resolutionsJudgeable(p: Pick<ProcessState, 'models' | 'modelsVersion' | 'resolvedVersion'>): boolean {
+  return p.models.size > 0 && p.resolvedVersion === p.modelsVersion;
 }
 
 export interface SessionTicket {
@@ -322,6 +335,8 @@ export class BackendHub {
       paused: undefined,
       interventions: [],
       resolutions: [],
+      modelsVersion: 0,
+      resolvedVersion: -1,
       dropped: 0,
     };
     this.connections.set(connection.id, connection);
@@ -367,6 +382,7 @@ export class BackendHub {
           return;
         }
         state.models.set(tree.id, { tree, shapes: state.models.get(tree.id)?.shapes ?? {} });
+        state.modelsVersion += 1;
         this.trace.event('modelAdded', {
           process: state.id, pid: state.pid, model: tree.id, name: tree.name, cls: tree.cls, modules: tree.modules.length,
         });
@@ -377,6 +393,7 @@ export class BackendHub {
       }
       case 'modelRemoved':
         state.models.delete(event.id);
+        state.modelsVersion += 1;
         this.trace.event('modelRemoved', { process: state.id, model: event.id });
         this.modelsEmitter.fire(state);
         this.processesEmitter.fire();
@@ -446,10 +463,12 @@ export class BackendHub {
   private async sendBreakpoints(state: ProcessState): Promise<void> {
     const specs = this.breakpoints;
     if (specs.length === 0 && state.resolutions.length === 0) return; // nothing set, nothing to clear
+    const modelsVersion = state.modelsVersion;
     try {
       const result = await this.request(state.id, 'setBreakpoints', { breakpoints: specs });
       if (specs !== this.breakpoints) return; // a newer set is on its way
       state.resolutions = normalizeResolutions(result.resolved);
+      state.resolvedVersion = modelsVersion;
       this.trace.event('breakpoints.resolved', { process: state.id, pid: state.pid, resolved: state.resolutions });
       this.resolvedEmitter.fire(state);
     } catch (err) {

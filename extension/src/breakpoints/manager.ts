@@ -4,7 +4,7 @@
 // or a warning when a breakpoint matches no layer).
 
 import * as vscode from 'vscode';
-import type { BackendHub } from '../backend/hub';
+import { resolutionsJudgeable, type BackendHub } from '../backend/hub';
 import type { ExtensionLog } from '../common/log';
 import { StateKeys } from '../constants';
 import { writeBreakpointHover } from './hoverText';
@@ -148,7 +148,7 @@ export class LayerBreakpointManager implements vscode.Disposable {
   }
 
   private recomputeStatuses(fire = true): void {
-    const perProcess = this.hub.processes().map((p) => ({ hasModels: p.models.size > 0, resolutions: p.resolutions }));
+    const perProcess = this.hub.processes().map((p) => ({ hasModels: resolutionsJudgeable(p), resolutions: p.resolutions }));
     this.statuses = breakpointStatuses(this.model.all().map((bp) => bp.id), perProcess);
     for (const bp of this.model.all()) {
       const problem = this.statuses.get(bp.id)?.problem;
