@@ -1,6 +1,6 @@
 """Break on NaN/Inf at its floor: the per-step check's torch calls on the stack of ten, added one at a time.
 
-Per step, the sentinel (backend/hookscope/engine/nonfinite.py) needs hooks on the
+Per step, the sentinel (backend/hookscope/engine/replay/nonfinite.py) needs hooks on the
 model root, the RNG state (so a bad step replays exactly), a check of the
 forward output, a hook on the output's gradient that queues an
 end-of-backward callback, and a check of every gradient. Here those same

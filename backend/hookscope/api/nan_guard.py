@@ -53,7 +53,7 @@ class NonFiniteEvent:
     candidates: list[str] = field(default_factory=list)
     """Every module that consumed the tensor, when several did (backward)."""
     op: Any = None
-    """Forward, born here: the op and the user's line (``hookscope.engine.nan_origin.OpOrigin``), found by
+    """Forward, born here: the op and the user's line (``hookscope.engine.replay.nan_origin.OpOrigin``), found by
     running the layer again under an op tracer; None when that run does not reproduce it."""
 
     @property
@@ -115,7 +115,7 @@ def _op_of(model: nn.Module, module: nn.Module, name: str, args: tuple, kwargs: 
     The RNG and the layer's buffers are put back afterwards, so training goes on as it would
     have; a layer that drew random numbers (dropout in train mode) may not reproduce it (None).
     """
-    from hookscope.engine.nan_origin import OpTracer, named_tensors
+    from hookscope.engine.replay.nan_origin import OpTracer, named_tensors
 
     prefix = f"{name}." if name else ""
     names = {i: prefix + n for i, n in named_tensors(module).items()}

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.engine.deferred import DEFERRED_PHASES, DeferredHooks, DeferredValues, KeepOutputsFn, deferrable
+from hookscope.engine.replay.deferred import DEFERRED_PHASES, DeferredHooks, DeferredValues, KeepOutputsFn, deferrable
 from hookscope.hooks.conditions import REPLAY, Condition, ConditionError, HitCounter, HookEvent
 from hookscope.hooks.leaf_hooks import LeafHooks, hook_gradient
 from hookscope.hooks.summaries import tensors_in

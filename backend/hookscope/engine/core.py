@@ -30,9 +30,9 @@ from hookscope.debugger import stop
 from hookscope.engine import image_packages
 from hookscope.engine.breakpoints import Breakpoint, BreakpointSpec, LayerBreakpoints, ModelIndex
 from hookscope.engine.compile_stance import _compile_forced_eager, _set_compile_stance
-from hookscope.engine.grad_health import REARM_RULE as HEALTH_REARM_RULE
-from hookscope.engine.nonfinite import REARM_RULE, NonFiniteWatch
 from hookscope.engine.renders import RENDERED_LAYERS_KEPT, RenderGlue
+from hookscope.engine.replay.grad_health import REARM_RULE as HEALTH_REARM_RULE
+from hookscope.engine.replay.nonfinite import REARM_RULE, NonFiniteWatch
 from hookscope.engine.step_hooks import StepHooks, summaries_first_tensor
 from hookscope.engine.watches import DEFAULT_RATE_HZ, WatchSampler, _LayerWatch, _phase_label, _SampleRound
 from hookscope.hooks import copy_safety, summaries

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from hookscope.engine import deferred
+from hookscope.engine.replay import deferred
 from hookscope.engine.core import Engine
 
 EXACT = 10**9

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hookscope.engine.core import Engine
-from hookscope.engine.nan_origin import op_name
+from hookscope.engine.replay.nan_origin import op_name
 
 
 def line_of(marker: str) -> int:

@@ -175,7 +175,7 @@ def test_reports_once_until_a_clean_step_then_again():
 def test_after_a_stop_it_fires_at_the_next_new_nan_and_is_quiet_while_the_weights_are_nan():
     """REARM_RULE: one stop per step; a later bad step stops again when the weights are finite;
     while they hold NaN/Inf it is quiet (one notice) until a clean step re-arms it (one notice)."""
-    from hookscope.engine.nonfinite import REARM_RULE
+    from hookscope.engine.replay.nonfinite import REARM_RULE
     from hookscope.link import protocol
 
     model = make()
@@ -238,7 +238,7 @@ def test_no_hooks_when_off_and_none_left_after_turning_off():
 
 
 def test_the_gradient_check_is_exact_where_a_sum_or_norm_overflows_and_for_odd_dtypes():
-    from hookscope.engine.nonfinite import _grads_finite
+    from hookscope.engine.replay.nonfinite import _grads_finite
 
     nan, inf = float("nan"), float("inf")
     big = torch.full((64,), 60000.0, dtype=torch.half)  # finite, but its norm is far above fp16's max

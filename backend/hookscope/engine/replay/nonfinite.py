@@ -100,8 +100,8 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hookscope.debugger.stop import BreakpointHit
 from hookscope.debugger.stop_location import module_calls
-from hookscope.engine.grad_health import Finding, GradientHealth, HealthCheck
-from hookscope.engine.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
+from hookscope.engine.replay.grad_health import Finding, GradientHealth, HealthCheck
+from hookscope.engine.replay.nan_origin import NodeWatch, OpOrigin, OpTracer, named_tensors
 from hookscope.hooks.conditions import (
     ORIGIN_BORN,
     ORIGIN_INPUTS,

@@ -1,0 +1,1 @@
+"""Checks made once per step on the device, and the exact replay of a step that failed one: break on NaN/Inf (``nonfinite*``, ``nan_origin``: the op and line), gradient health (``grad_health``), value conditions on many layers (``deferred*``), and the replay frame they share (``frame``)."""
