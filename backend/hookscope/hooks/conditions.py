@@ -25,7 +25,7 @@ ORIGIN_LOSS = "came in from the loss"
 
 
 class _ReplayState:
-    """Set while nonfinite.py replays a step: Hookscope's other hooks stay quiet then."""
+    """Set while a step is replayed (engine/replay/frame.py): Hookscope's other hooks stay quiet then."""
 
     depth = 0
 

@@ -7,7 +7,7 @@ into the copy, and a deep copy would go on running Hookscope's hooks, which nobo
 
 ``install()`` wraps ``nn.Module.__getstate__`` (the state both ``deepcopy`` and ``pickle``
 take) so the state leaves out every hook defined in the ``hookscope`` package, with the
-flags PyTorch keeps beside them, and a ``forward`` Hookscope set on the module (deferred.py
+flags PyTorch keeps beside them, and a ``forward`` Hookscope set on the module (deferred_layers.py
 wraps a watched layer's forward). The user's own hooks are copied exactly as PyTorch copies
 them, and the original module is never modified. Hooks are recognised by where their code
 lives, so no registration path can forget to mark one.

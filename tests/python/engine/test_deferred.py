@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from hookscope.engine.replay import deferred
 from hookscope.engine.core import Engine
+from hookscope.engine.replay import deferred
 
 EXACT = 10**9
 """DEFER_MIN_LAYERS that keeps every breakpoint on the exact path."""

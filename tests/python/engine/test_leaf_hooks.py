@@ -13,8 +13,8 @@ import torch
 from engine_models import SqrtAtZero, hooks_left
 from torch import nn
 
-from hookscope.engine.replay import deferred
 from hookscope.engine.core import Engine
+from hookscope.engine.replay import deferred
 from hookscope.hooks.leaf_hooks import KEPT_MAX, LeafHooks
 
 

@@ -238,22 +238,22 @@ def test_no_hooks_when_off_and_none_left_after_turning_off():
 
 
 def test_the_gradient_check_is_exact_where_a_sum_or_norm_overflows_and_for_odd_dtypes():
-    from hookscope.engine.replay.nonfinite import _grads_finite
+    from hookscope.engine.replay.nonfinite_sentinel import grads_finite
 
     nan, inf = float("nan"), float("inf")
     big = torch.full((64,), 60000.0, dtype=torch.half)  # finite, but its norm is far above fp16's max
     huge = torch.full((64,), 3e38)  # finite fp32, but its sum and its norm overflow
     assert torch.isinf(torch._foreach_norm([big])[0])
     for flat, norm, half in (([big], [], True), ([], [big], False), ([], [big], True), ([huge], [huge], False)):
-        assert _grads_finite(flat, norm, half)
+        assert grads_finite(flat, norm, half)
     for bad in (nan, inf, -inf):
         t = torch.tensor([1.0, bad])
-        assert not _grads_finite([t, torch.ones(3)], [big], True)  # in the flattened group
-        assert not _grads_finite([torch.ones(3)], [big, t])  # in the norm group
-    assert _grads_finite([], [])
-    assert _grads_finite([torch.ones(2)], [torch.arange(3)])  # an integer tensor falls back, and is skipped
-    assert not _grads_finite([torch.tensor([nan])], [torch.arange(3)])
-    assert not _grads_finite([torch.ones(2, dtype=torch.float64), torch.tensor([nan], dtype=torch.half)], [])
+        assert not grads_finite([t, torch.ones(3)], [big], True)  # in the flattened group
+        assert not grads_finite([torch.ones(3)], [big, t])  # in the norm group
+    assert grads_finite([], [])
+    assert grads_finite([torch.ones(2)], [torch.arange(3)])  # an integer tensor falls back, and is skipped
+    assert not grads_finite([torch.tensor([nan])], [torch.arange(3)])
+    assert not grads_finite([torch.ones(2, dtype=torch.float64), torch.tensor([nan], dtype=torch.half)], [])
 
 
 def test_the_forward_check_is_exact_for_a_huge_finite_output_and_odd_output_dtypes():

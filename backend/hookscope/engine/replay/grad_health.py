@@ -4,7 +4,7 @@ The switches
     Exploding: some parameter's gradient norm is above X. Vanishing: some layer's
     gradient norm (over the parameters it owns, each counted once) is below Y. Both
     are asked once per step, at the end of the backward, where the NaN/Inf
-    sentinel (nonfinite.py) already checks every parameter gradient.
+    sentinel (nonfinite_sentinel.py) already checks every parameter gradient.
 
 Cost
     It replaces the NaN/Inf check's reads of the gradients (its NaN/Inf total comes
@@ -28,10 +28,15 @@ The stop
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import nn
+
+from hookscope.hooks.module_tensors import ModuleTensors, flattens
+from hookscope.hooks.summaries import all_finite
 
 REARM_RULE = (
     "Break on exploding/vanishing gradients stops again once a step has run within the "
@@ -79,7 +84,34 @@ class HealthCheck:
 
     def __init__(self) -> None:
         self._layout: _Layout | None = None
-        self._key: tuple = ()
+        self._key: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def check_model(
+        self,
+        tensors: ModuleTensors,
+        model: weakref.ref[nn.Module],
+        root_grads: list[torch.Tensor],
+        health: GradientHealth,
+    ) -> tuple[bool, Finding | None]:
+        """The NaN/Inf check and the exploding/vanishing one from the same reads of a model's gradients."""
+        flat, norm = tensors.grad_groups()
+        if not flat and not norm:
+            return all_finite(root_grads), None
+        if tensors.complete:
+            flat_names, norm_names = tensors.flat_names, tensors.norm_names
+        else:  # a parameter without a gradient (frozen, unused this step): names the slow way
+            root = model()
+            if root is None:
+                raise RuntimeError("the model was freed")
+            flat, flat_names, norm, norm_names = _named_grads(root)
+        finite, finding = self.check(flat, flat_names, norm, norm_names, root_grads, health)
+        if not finite and all_finite(list(flat) + list(norm) + root_grads):
+            # a square overflowed: finite values, so large that they explode any threshold
+            finite, finding = self.check(
+                flat, flat_names, norm, norm_names, (), GradientHealth(exploding=health.exploding, vanishing=None)
+            )
+            finite = True
+        return finite, finding
 
     def check(
         self,
@@ -186,3 +218,21 @@ class HealthCheck:
             f"Vanishing gradient: layer {layer or 'the model'} gradient norm {layer_norms[weakest]:.4g} "
             f"< {threshold:g} (smallest: {param}){others}",
         )
+
+
+def _named_grads(root: nn.Module) -> tuple[list[torch.Tensor], list[str], list[torch.Tensor], list[str]]:
+    """(flat, their names, norm, their names) of the parameters that have a gradient, each once."""
+    flat: list[torch.Tensor] = []
+    flat_names: list[str] = []
+    norm: list[torch.Tensor] = []
+    norm_names: list[str] = []
+    for name, param in root.named_parameters():
+        grad = param.grad
+        if grad is not None:
+            if flattens(grad):
+                flat.append(grad)
+                flat_names.append(name)
+            else:
+                norm.append(grad)
+                norm_names.append(name)
+    return flat, flat_names, norm, norm_names

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -132,7 +133,7 @@ def user_site(op: str, skip: int = 1) -> OpSite:
     stack: list[SourceFrame] = []
     location: Location | None = None
     frame_locals: dict[str, Any] = {}
-    frame = sys._getframe(skip)
+    frame: FrameType | None = sys._getframe(skip)
     while frame is not None and len(stack) < _MAX_FRAMES:
         file = frame.f_code.co_filename
         if not is_internal(file):
@@ -141,7 +142,7 @@ def user_site(op: str, skip: int = 1) -> OpSite:
                 SourceFrame(
                     file,
                     frame.f_lineno or frame.f_code.co_firstlineno,
-                    frame.f_code.co_qualname if sys.version_info >= (3, 11) else frame.f_code.co_name,
+                    getattr(frame.f_code, "co_qualname", frame.f_code.co_name),  # co_qualname: Python 3.11+
                     library,
                 )
             )
@@ -162,7 +163,7 @@ def _called_by_hookscope() -> bool:
     functions written in Python): a probe calls ``Tensor.sum`` itself, while the model's ops
     are called by the user's code or by torch's own modules.
     """
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename == _OVERRIDES_PY:
         frame = frame.f_back
     return frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR)
@@ -184,7 +185,13 @@ class OpTracer(TorchFunctionMode):
         self._looking = True
         """Until the first non-finite output is seen (found, or came in from untraced code)."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's protocol)
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Collection[type],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if (not self._looking and not self._record_nodes) or _called_by_hookscope():
@@ -237,7 +244,7 @@ class NodeWatch:
         self._handles = []
 
     def _hook(self, node: Any) -> Callable[..., None]:
-        def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
+        def hook(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             if self.found is not None:
                 return
             received = [g for g in grad_outputs if g is not None]

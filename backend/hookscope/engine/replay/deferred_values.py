@@ -1,0 +1,263 @@
+"""The values one deferred breakpoint looks at in one phase of a step: referenced, reduced on their device, one verdict.
+
+No value is computed per call: the layer hooks (``deferred_layers.py``) keep a reference to
+each tensor, every ``FLUSH_COUNT`` tensors (or ``FLUSH_BYTES``) one fused reduction runs on the
+device (nothing syncs), and at the end of the phase ``verdict`` reads one number (one host sync).
+The per-call test is a superset of the exact one: the same value, compared in float64
+(gradient norms with a relative margin of ``NORM_MARGIN`` for the fused kernel's rounding), NaN
+counted as a possible hit, a call of k outputs tested per output against the threshold divided
+by sqrt(k); tensors of an unusual kind (integers, sparse, empty) are decided at once with the
+exact path's own test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hookscope.hooks.conditions import REPLAY, Condition
+from hookscope.hooks.leaf_hooks import LeafHooks
+from hookscope.hooks.module_tensors import FLATTEN_MAX_NUMEL
+
+if TYPE_CHECKING:
+    from hookscope.engine.breakpoints import Breakpoint
+    from hookscope.engine.replay.deferred_recorder import Recorder
+
+FLUSH_COUNT = 64
+FLUSH_BYTES = 64 * 2**20
+"""Tensors referenced before their values are computed (bounds the memory held past their use)."""
+NORM_MARGIN = 1e-5
+"""Relative margin on gradient-norm thresholds: the fused norm may round differently from the exact one."""
+
+_STRIDED = torch.strided
+_INF = math.inf
+
+
+class StepValues:
+    """The tensors one breakpoint looks at in one phase of a step, and their values once computed.
+
+    A reference is kept with the tensor's version: a tensor changed in place before its value is
+    computed (an ``nn.ReLU(inplace=True)`` after the watched layer) no longer holds the value the
+    call produced, so the step counts as a possible hit (the replay decides) and the layer that
+    recorded it computes its value at once from then on (``LayerHooks.at_once``).
+    """
+
+    __slots__ = (
+        "refs",
+        "versions",
+        "owners",
+        "bytes",
+        "scalars",
+        "lows",
+        "vectors",
+        "flag",
+        "uncertain",
+        "doubtful",
+        "condition",
+        "kind",
+        "phase",
+        "recorder",
+    )
+
+    def __init__(self, condition: Condition, phase: str, recorder: Recorder) -> None:
+        self.condition = condition
+        self.kind = condition.kind
+        self.phase = phase
+        self.recorder = recorder
+        self.doubtful = False
+        """The last verdict was a possible hit only because a tensor changed in place (no notice if the
+        replay finds nothing)."""
+        self.clear()
+
+    def clear(self) -> None:
+        self.refs: list[torch.Tensor] = []
+        self.versions: list[int] = []
+        self.owners: list[Any] = []
+        """The ``LayerHooks`` that recorded each reference (None: a gradient hook)."""
+        self.bytes = 0
+        self.scalars: list[torch.Tensor] = []
+        """0-d values: abs-max highs (larger is worse), NaN/Inf sums."""
+        self.lows: list[torch.Tensor] = []
+        """0-d lows of abs-max (the negated smallest value is an abs-max too)."""
+        self.vectors: list[torch.Tensor] = []
+        """Values of a whole flush: norms (larger or, for 'below', smaller is worse), GPU inf-norms."""
+        self.flag = False
+        """A tensor decided at once (an unusual kind) may hit."""
+        self.uncertain = False
+        """A referenced tensor changed in place before its value was computed."""
+
+    def odd(self, tensor: Any) -> None:
+        """A tensor the fused reduction does not take: the exact path's own test decides now."""
+        phase = self.phase
+        produced, received = (tensor, tensor) if phase == "backward" else (tensor, None)
+        if not self.condition.rejects(phase, produced, received):
+            self.flag = True
+
+    def now(self, tensor: torch.Tensor) -> None:
+        """The value of a tensor that may change in place before the flush (abs-max, NaN/Inf), computed now."""
+        enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            if self.kind == "nonfinite":
+                self.scalars.append(tensor.sum(dtype=torch.float32))
+            else:
+                low, high = torch.aminmax(tensor)
+                self.scalars.append(high)
+                self.lows.append(low)
+        except (RuntimeError, TypeError):
+            self.odd(tensor)
+        finally:
+            torch._C._set_grad_enabled(enabled)
+
+    def grad(self, grad: torch.Tensor) -> None:
+        """Tensor hook on an input or output of a watched call: keep the gradient's reference."""
+        recorder = self.recorder
+        if REPLAY.depth and not recorder.replaying:
+            return
+        if grad.is_floating_point() and grad.layout is _STRIDED and grad.numel():
+            self.refs.append(grad)
+            self.versions.append(grad._version)
+            self.owners.append(None)
+            self.bytes += grad.nbytes
+            if self.bytes > FLUSH_BYTES or len(self.refs) >= FLUSH_COUNT:
+                self.flush()
+        else:
+            self.odd(grad)
+        if not recorder.queued:  # usually the root output's hook queued it already
+            recorder.queue()
+
+    def scaled_grad(self, outputs: int, grad: torch.Tensor) -> None:
+        """An output gradient of a call with several: the exact norm is over all of them (rare: at once)."""
+        if REPLAY.depth and not self.recorder.replaying:
+            return
+        try:
+            norm = float(torch.linalg.vector_norm(grad.detach(), dtype=torch.float32))
+            threshold = self.condition.threshold or 0.0
+            if norm != norm or norm * math.sqrt(outputs) > threshold - abs(threshold) * NORM_MARGIN:
+                self.flag = True
+        except Exception:  # noqa: BLE001 - the replay decides
+            self.flag = True
+        if not self.recorder.queued:
+            self.recorder.queue()
+
+    def flush(self) -> None:
+        """Reduce the referenced tensors on their device (no sync).
+
+        A gradient norm needs each tensor's norm (one fused ``_foreach_norm``); abs-max and NaN/Inf
+        need only the step's extreme. On a GPU the inf-norm is one fused kernel for the list; on a
+        CPU it is not vectorised (20x a sum on a conv activation), so there the small tensors go
+        through one flattened copy (a kernel costs ~1 µs however small its tensor) and each large
+        one through ``aminmax`` (abs-max: vectorised, as the exact test's) or a sum (NaN/Inf: it keeps
+        any NaN/Inf; finite values that overflow it only cost a replay). A tensor referenced twice
+        (a container's output is its last child's) is reduced once.
+        """
+        refs, versions, owners = self.refs, self.versions, self.owners
+        self.refs, self.versions, self.owners, self.bytes = [], [], [], 0
+        current, seen = [], set()
+        for i, tensor in enumerate(refs):  # loops, not comprehensions: one frame less each under a debugger
+            if tensor._version != versions[i]:
+                self.uncertain = True
+                if owners[i] is not None:
+                    owners[i].compute_at_once()
+            elif id(tensor) not in seen:
+                seen.add(id(tensor))
+                current.append(tensor)
+        if not current:
+            return
+        enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            kind = self.kind
+            if kind == "grad_norm_above" or kind == "grad_norm_below":
+                self.vectors.append(torch.stack(torch._foreach_norm(current, 2.0, dtype=torch.float32)))
+                return
+            if current[0].device.type != "cpu":
+                self.vectors.append(torch.stack(torch._foreach_norm(current, _INF)))
+                return
+            large: list[torch.Tensor] = []
+            small: list[torch.Tensor] = []
+            for tensor in current:
+                (small if tensor.numel() <= FLATTEN_MAX_NUMEL else large).append(tensor)
+            if len(small) > 1:
+                try:
+                    large.append(torch._C._nn.flatten_dense_tensors(small))
+                except RuntimeError:  # mixed dtypes
+                    large.extend(small)
+            else:
+                large.extend(small)
+            for tensor in large:
+                if kind == "nonfinite":
+                    self.scalars.append(tensor.sum(dtype=torch.float32))
+                else:
+                    low, high = torch.aminmax(tensor)
+                    self.scalars.append(high)
+                    self.lows.append(low)
+        except (RuntimeError, TypeError):  # mixed devices or dtypes, float64 with a float32 norm: one at a time
+            for tensor in current:
+                self.odd(tensor)
+        finally:
+            torch._C._set_grad_enabled(enabled)
+
+    def verdict(self) -> bool:
+        """Whether some call of the step may satisfy the condition (one host sync); then starts afresh."""
+        if self.refs:
+            self.flush()
+        scalars, lows, vectors, flag, uncertain = self.scalars, self.lows, self.vectors, self.flag, self.uncertain
+        self.scalars, self.lows, self.vectors, self.flag, self.uncertain = [], [], [], False, False
+        hit = flag or self._decide(scalars, lows, vectors)
+        self.doubtful = uncertain and not hit
+        return hit or uncertain
+
+    def _decide(self, scalars: list[torch.Tensor], lows: list[torch.Tensor], vectors: list[torch.Tensor]) -> bool:
+        kind = self.kind
+        below = kind == "grad_norm_below"
+        # nonfinite: a sum keeps any NaN/Inf of the values (-Inf too, which a max would hide)
+        reduce = torch.sum if kind == "nonfinite" else torch.amin if below else torch.amax
+        extremes: list[float] = []  # each read as a Python float: the exact value, compared in float64
+        try:
+            if scalars:
+                extremes.append(float(reduce(torch.stack(scalars))) if len(scalars) > 1 else float(scalars[0]))
+            if lows:
+                extremes.append(-float(torch.amin(torch.stack(lows))) if len(lows) > 1 else -float(lows[0]))
+        except RuntimeError:  # values on several devices
+            for scalar in scalars:
+                extremes.append(float(scalar))
+            for low in lows:
+                extremes.append(-float(low))
+        for vector in vectors:
+            extremes.append(float(reduce(vector)))
+        if not extremes:
+            return False
+        if kind == "nonfinite":
+            total = 0.0
+            for value in extremes:
+                total += value  # NaN and Inf carry through the sum (and -Inf + Inf is NaN)
+            return not math.isfinite(total)
+        for value in extremes:
+            if value != value:  # NaN: the exact test may or may not count it; the replay decides
+                return True
+        extreme = min(extremes) if below else max(extremes)
+        threshold = self.condition.threshold or 0.0
+        if kind == "absmax_above":
+            return extreme > threshold
+        margin = abs(threshold) * NORM_MARGIN
+        return extreme < threshold + margin if below else extreme > threshold - margin
+
+
+class Track:
+    """One deferred breakpoint on one model: its phases' values in the current step."""
+
+    def __init__(self, bp: Breakpoint, phases: Sequence[str], recorder: Recorder) -> None:
+        condition = bp.spec.condition
+        self.bp = bp
+        self.recorder = recorder
+        self.forward_phases = tuple(p for p in phases if p in ("forward_pre", "forward") and condition.applies_to(p))
+        self.backward = "backward" in phases and condition.applies_to("backward")
+        self.nonfinite = condition.kind == "nonfinite"
+        self.forward = StepValues(condition, "forward", recorder)
+        self.backward_values = StepValues(condition, "backward", recorder)
+        self.leaves = LeafHooks()
+        """Gradient hooks this step placed on leaf tensors (a model input that requires grad)."""
