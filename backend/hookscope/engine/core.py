@@ -28,8 +28,10 @@ from torch import nn
 
 from hookscope.debugger import stop
 from hookscope.engine import image_packages
-from hookscope.engine.breakpoints import Breakpoint, BreakpointSpec, LayerBreakpoints, ModelIndex
+from hookscope.engine.breakpoint_spec import BreakpointSpec
+from hookscope.engine.breakpoints import Breakpoint, LayerBreakpoints
 from hookscope.engine.compile_stance import _compile_forced_eager, _set_compile_stance
+from hookscope.engine.model_index import ModelIndex
 from hookscope.engine.renders import RENDERED_LAYERS_KEPT, RenderGlue
 from hookscope.engine.replay.grad_health import REARM_RULE as HEALTH_REARM_RULE
 from hookscope.engine.replay.nonfinite import REARM_RULE, NonFiniteWatch

@@ -1,5 +1,5 @@
 // Which layers a source line means, asked of every connected process: the backend's one resolver
-// (`resolveLayers`, backend/hookscope/engine/breakpoints.py: definition lines, container entries and
+// (`resolveLayers`, backend/hookscope/engine/model_index.py: definition lines, container entries and
 // call sites, also through local names), so a cursor command means the layers a breakpoint on that
 // line would hook. No `vscode` import.
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from hookscope.debugger import stop_location
-from hookscope.engine.breakpoints import ModelIndex
+from hookscope.engine.model_index import ModelIndex
 
 
 class Branch(nn.Module):

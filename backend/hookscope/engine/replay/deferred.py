@@ -74,7 +74,8 @@ from hookscope.engine.replay.deferred_values import Track
 from hookscope.hooks.conditions import Condition, HookEvent
 
 if TYPE_CHECKING:
-    from hookscope.engine.breakpoints import Breakpoint, GradTap
+    from hookscope.engine.breakpoints import Breakpoint
+    from hookscope.hooks.grad_tap import GradTap
 
 log = logging.getLogger("hookscope")
 

@@ -24,8 +24,8 @@ from hookscope.hooks.leaf_hooks import hook_gradient
 from hookscope.hooks.summaries import tensors_in
 
 if TYPE_CHECKING:
-    from hookscope.engine.breakpoints import GradTap
     from hookscope.engine.replay.deferred import DeferredValues
+    from hookscope.hooks.grad_tap import GradTap
 
 _STRIDED = torch.strided
 

@@ -1,7 +1,7 @@
 """What a call inside a module's method calls: ``self.fc``, ``self.heads["cls"]``, a local name.
 
 Shared by the language server's call-site lenses (``layers.py``) and the
-backend's resolution of a breakpoint on a call line (``hookscope.engine.breakpoints``),
+backend's resolution of a breakpoint on a call line (``hookscope.engine.model_index``),
 so a lens and the breakpoint it sets agree on the layer. Pure ``ast``.
 """
 
