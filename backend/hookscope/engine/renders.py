@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch
 from torch import nn
 
 from hookscope.engine import render_subject
 from hookscope.engine.render_subject import Subject
-from hookscope.engine.watches import DEFAULT_RATE_HZ, _LayerWatch
+from hookscope.engine.watches import DEFAULT_RATE_HZ, LayerWatch, WatchSampler
 from hookscope.hooks.conditions import REPLAY
 from hookscope.hooks.kept_outputs import Kept
 from hookscope.link.protocol_vocabulary import ERR_BAD_MESSAGE, ERR_NOT_AVAILABLE, ProtocolError
@@ -23,8 +24,8 @@ one is rendered: holding every watched layer's output would keep a whole forward
 activations alive into the next step (an OOM risk on a GPU)."""
 
 
-class RenderGlue:
-    """Engine's render half (a mixin: the state lives on ``Engine``, set up in its ``__init__``)."""
+class RenderGlue(WatchSampler):
+    """Engine's render half (a mixin on the watch sampler, whose watches keep outputs for images)."""
 
     def _render_subject(self, model_id: str, layer: str, module: nn.Module, selector: Any) -> Subject:
         """The tensor a render names: from the stop's locals when paused in this layer, else (the
@@ -79,7 +80,7 @@ class RenderGlue:
                     "forward",
                     "recomputed from the call's inputs (the model asked for need_weights=False)",
                 )
-        elif render_subject.looks_like_attention(output):  # a hand-written softmax
+        elif isinstance(output, torch.Tensor) and render_subject.looks_like_attention(output):  # a hand-written softmax
             return Subject(output.detach(), layer, "output", step, phase)
         if kept is None and output is None:
             raise self._not_kept(model_id, layer, stop_step)
@@ -105,7 +106,7 @@ class RenderGlue:
                 watch.keep_output, watch.next_due = True, 0.0  # keep it from the very next forward pass
                 self._arm(watch)
             elif key not in self._captures:
-                capture = _LayerWatch(model_id, layer, module, 1.0 / DEFAULT_RATE_HZ, keep_output=True)
+                capture = LayerWatch(model_id, layer, module, 1.0 / DEFAULT_RATE_HZ, keep_output=True)
                 self._arm(capture)
                 self._captures[key] = capture
         return None

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.engine.watches import ARM_AHEAD_S
+from hookscope.engine.watches import ARM_AHEAD_S, WatchSampler
 from hookscope.hooks import summaries
 from hookscope.hooks.conditions import REPLAY
 from hookscope.hooks.removed_hooks import CALLED_WITHOUT_KWARGS
@@ -34,8 +34,8 @@ def _input_signature(args: tuple) -> tuple:
     return tuple(shapes)
 
 
-class StepHooks:
-    """Engine's root-hook half (a mixin: the state lives on ``Engine``, set up in its ``__init__``)."""
+class StepHooks(WatchSampler):
+    """Engine's root hooks (a mixin on the watch sampler: a step's root hook arms the watches due)."""
 
     # ------------------------------------------------------------------ root hooks
 
@@ -85,10 +85,6 @@ class StepHooks:
                     self._arm_shapes(model_id, module)
 
         return hook
-
-    def _step_of(self, model_id: str) -> int:
-        """The current step of a model (``protocol.STEP_MEANING``): 0 during the first forward seen."""
-        return max(self._steps.get(model_id, 0) - 1, 0)
 
     # ------------------------------------------------------------------ shapes
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
+from hookscope.engine.state import EngineState
 from hookscope.hooks import summaries
 from hookscope.hooks.conditions import REPLAY
 from hookscope.hooks.kept_outputs import keep_call
@@ -27,11 +29,7 @@ ARM_AHEAD_S = 0.05
 same forward pass (they fell due microseconds apart, one after the other in the last one)."""
 
 
-def _phase_label(phase: str) -> str:
-    return phase.replace("_", "-")
-
-
-class _LayerWatch:
+class LayerWatch:
     """Rate-limited summaries of one layer (forward, and the backward of the same call).
 
     Its forward hook is on the layer only while a sample is due ("armed"):
@@ -47,14 +45,14 @@ class _LayerWatch:
     def __init__(self, model: str, layer: str, module: nn.Module, interval: float, keep_output: bool) -> None:
         self.model, self.layer, self.module, self.interval = model, layer, module, interval
         self.next_due = 0.0
-        self.handle: Any = None
+        self.handle: RemovableHandle | None = None
         self.keep_output = keep_output
         self.active = True
         self.leaves = LeafHooks()
         """Gradient hooks of the last sample that sit on leaf tensors (removed at the next sample)."""
 
 
-class _SampleRound:
+class SampleRound:
     """The watched layers of a model sampled in one step, and when they are all due again."""
 
     __slots__ = ("step", "due", "members")
@@ -65,12 +63,12 @@ class _SampleRound:
         """``id`` of each watch sampled in this round."""
 
 
-class WatchSampler:
-    """Engine's watch half (a mixin: the state lives on ``Engine``, set up in its ``__init__``)."""
+class WatchSampler(EngineState):
+    """Engine's watch half (a mixin: the state is declared on ``EngineState``, set in ``Engine.__init__``)."""
 
     # ------------------------------------------------------------------ watches
 
-    def _watch_hook(self, watch: _LayerWatch) -> Callable[..., None]:
+    def _watch_hook(self, watch: LayerWatch) -> Callable[..., None]:
         key = (watch.model, watch.layer)
 
         def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any = CALLED_WITHOUT_KWARGS) -> None:
@@ -114,7 +112,7 @@ class WatchSampler:
 
         return hook
 
-    def _watch_grad_hook(self, watch: _LayerWatch, path: str, step: int) -> Callable[[torch.Tensor], None]:
+    def _watch_grad_hook(self, watch: LayerWatch, path: str, step: int) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
             if not watch.active or REPLAY.depth:
                 return
@@ -140,7 +138,7 @@ class WatchSampler:
 
         return hook
 
-    def _next_sample_at(self, watch: _LayerWatch) -> float:
+    def _next_sample_at(self, watch: LayerWatch) -> float:
         """When ``watch`` samples again: the same time for every layer sampled in this step, so the
         model's layers stay in step (one forward pass in a few, not a few layers in every pass).
 
@@ -154,17 +152,17 @@ class WatchSampler:
         key = (watch.model, watch.interval)
         round_ = self._sample_rounds.get(key)
         if round_ is None or round_.step != step or id(watch) in round_.members:
-            round_ = _SampleRound(step, time.monotonic() + self._budget_interval(watch.interval))
+            round_ = SampleRound(step, time.monotonic() + self._budget_interval(watch.interval))
             self._sample_rounds[key] = round_
         round_.members.add(id(watch))
         return round_.due
 
-    def _arm(self, watch: _LayerWatch) -> None:
+    def _arm(self, watch: LayerWatch) -> None:
         if watch.handle is None and watch.active:
             # with_kwargs: an attention layer's masks come by keyword (kept with its call for the panel)
             watch.handle = watch.module.register_forward_hook(self._watch_hook(watch), with_kwargs=True)
 
-    def _disarm(self, watch: _LayerWatch) -> None:
+    def _disarm(self, watch: LayerWatch) -> None:
         """Off the layer until it is due again (safe inside the hook: torch iterates over a copy)."""
         if watch.handle is not None:
             watch.handle.remove()
@@ -208,7 +206,7 @@ class WatchSampler:
             )
         return interval
 
-    def _drop_watch(self, watch: _LayerWatch) -> int:
+    def _drop_watch(self, watch: LayerWatch) -> int:
         watch.active = False
         watch.leaves.remove_all()
         self._budget.forget((watch.model, watch.layer))

@@ -1,1 +1,1 @@
-"""Hook primitives that run in the debugged process: hooks that stay out of copies and pickles, hooks torch still calls after removal, per-module tensor views, step snapshots, conditions, on-device summaries, kept outputs, the hook inventory."""
+"""Hook primitives that run in the debugged process: hooks that stay out of copies and pickles, hooks torch still calls after removal, a layer's backward from tensor hooks, per-module tensor views, step snapshots, conditions, on-device summaries, kept outputs, the hook inventory."""

@@ -222,16 +222,16 @@ def test_watching_costly_layers_slows_their_refresh_to_keep_within_the_budget(se
     """Summaries that cost more than the budget allows at the panel's rate: every layer still
     refreshes, all at a slower pace, and the user is told how slow (once)."""
 
-    from hookscope.engine import core as engine_module
+    from hookscope.hooks import summaries
 
     model, engine, events = setup
-    real = engine_module.summaries.summarize_many
+    real = summaries.summarize_many
 
     def costly(pairs):  # as if each summary reduced a large activation
         time.sleep(0.004)
         return real(pairs)
 
-    monkeypatch.setattr(engine_module.summaries, "summarize_many", costly)
+    monkeypatch.setattr(summaries, "summarize_many", costly)
     layers = [name for name, _ in model.named_modules() if name]
     req(engine, "watch", layers=layers, rateHz=1000.0)
     started, steps = time.monotonic(), 0
@@ -344,7 +344,7 @@ def test_render_feature_map_captures_on_demand(setup):
 
 
 def test_a_watch_keeps_no_activation_alive_and_a_render_keeps_only_the_last_few_rendered(setup):
-    from hookscope.engine.core import RENDERED_LAYERS_KEPT
+    from hookscope.engine.renders import RENDERED_LAYERS_KEPT
 
     model, engine, _ = setup
     layers = ["stem", "layer1.0", "layer1.1", "pool", "fc1", "fc2"]
