@@ -149,20 +149,22 @@ def test_between_samples_no_hook_sits_on_a_watched_layer_and_the_next_forward_pu
     assert sorted(forward) == sorted(layers * 2)
 
 
-def test_the_layers_of_a_model_are_sampled_in_the_same_steps(setup):
+def test_the_layers_of_a_model_are_sampled_in_the_same_steps(setup, monkeypatch):
+    """At the panel's 4 Hz and a step every 10 ms (the engine's clock is a fake one the test moves
+    on, so a loaded machine does not turn every step into a sample), every layer is sampled in the
+    same steps."""
     model, engine, events = setup
+    now = fake_engine_clock(monkeypatch)
     layers = [name for name, _ in model.named_modules() if name]
-    req(engine, "watch", layers=layers, rateHz=20.0)
-    deadline, sampled = time.monotonic() + 10, {}
-    seed = 0
-    while len(sampled) < 4 and time.monotonic() < deadline:
+    req(engine, "watch", layers=layers, rateHz=4.0)
+    for seed in range(120):
         step(model, seed)
-        seed += 1
-        sampled = {}
-        for e in events:
-            if e["type"] == "summaries" and e["phase"] == "forward":
-                sampled.setdefault(e["step"], set()).add(e["layer"])
-    assert len(sampled) >= 4 and seed > len(sampled), "several samples, not every step"
+        now[0] += 0.01
+    sampled: dict[int, set[str]] = {}
+    for e in events:
+        if e["type"] == "summaries" and e["phase"] == "forward":
+            sampled.setdefault(e["step"], set()).add(e["layer"])
+    assert 4 <= len(sampled) < 20, f"several samples, not every step: {sorted(sampled)}"
     assert all(got == set(layers) for got in sampled.values()), {s: len(v) for s, v in sampled.items()}
 
 
@@ -225,18 +227,20 @@ def test_watching_costly_layers_slows_their_refresh_to_keep_within_the_budget(se
     from hookscope.hooks import summaries
 
     model, engine, events = setup
+    now = fake_engine_clock(monkeypatch)  # each summary moves it on by 4 ms, each step by 1 ms
     real = summaries.summarize_many
 
     def costly(pairs):  # as if each summary reduced a large activation
-        time.sleep(0.004)
+        now[0] += 0.004
         return real(pairs)
 
     monkeypatch.setattr(summaries, "summarize_many", costly)
     layers = [name for name, _ in model.named_modules() if name]
     req(engine, "watch", layers=layers, rateHz=1000.0)
-    started, steps = time.monotonic(), 0
-    while time.monotonic() - started < 1.5:
+    started, steps = now[0], 0
+    while now[0] - started < 1.5:
         step(model, steps)
+        now[0] += 0.001
         steps += 1
     forward = [e["layer"] for e in events if e["type"] == "summaries" and e["phase"] == "forward"]
     assert set(forward) == set(layers), "every watched layer refreshes"
