@@ -77,7 +77,7 @@ studio: package
 
 test: setup build lint test-python test-ts test-e2e
 
-# ruff (lint + format), mypy (strict on the hook primitives that run in the user's process), ESLint
+# ruff (lint + format), mypy over the whole package (strict on what runs in the user's process: hooks, engine, link), ESLint
 # with type-aware rules (the extension host, the webview and the unit tests, each with its own
 # tsconfig), and the TypeScript typecheck of the host and the webview each on its own (test-ts runs it).
 lint: setup

@@ -28,7 +28,7 @@ class BreakRequests(StepHooks, CompileStance):
 
     # ------------------------------------------------------------------ layer breakpoints
 
-    def _req_setBreakpoints(self, request: dict) -> dict:
+    def _req_setBreakpoints(self, request: dict[str, Any]) -> dict[str, Any]:
         specs = request.get("breakpoints") or []
         with self._lock:
             resolved = self._breakpoints.set(list(specs), dict(self._indexes))
@@ -40,7 +40,7 @@ class BreakRequests(StepHooks, CompileStance):
         self._warn_if_compiled([layer for entry in resolved for layer in entry.get("layers") or []])
         return {"resolved": resolved}
 
-    def _req_resolveLayers(self, request: dict) -> dict:
+    def _req_resolveLayers(self, request: dict[str, Any]) -> dict[str, Any]:
         raw = request.get("spec")
         if not isinstance(raw, dict):
             raise ProtocolError(ERR_BAD_MESSAGE, "resolveLayers needs a 'spec' map")
@@ -63,7 +63,8 @@ class BreakRequests(StepHooks, CompileStance):
 
     def set_breakpoints(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Python API: like the request, but specs may carry a ``callback``."""
-        return self._req_setBreakpoints({"breakpoints": specs})["resolved"]
+        resolved: list[dict[str, Any]] = self._req_setBreakpoints({"breakpoints": specs})["resolved"]
+        return resolved
 
     def _reinstall_breakpoints(self) -> list[dict[str, Any]]:
         specs = [self._spec_as_raw(bp) for bp in self._breakpoints.breakpoints]
@@ -120,11 +121,11 @@ class BreakRequests(StepHooks, CompileStance):
 
     # ------------------------------------------------------------------ NaN/Inf and gradient health
 
-    def _req_setBreakOnNonFinite(self, request: dict) -> dict:
+    def _req_setBreakOnNonFinite(self, request: dict[str, Any]) -> dict[str, Any]:
         self.set_break_on_nonfinite(bool(request.get("enabled")))
         return {"enabled": self._nonfinite_enabled}
 
-    def _req_setBreakOnGradients(self, request: dict) -> dict:
+    def _req_setBreakOnGradients(self, request: dict[str, Any]) -> dict[str, Any]:
         self.set_gradient_health(request.get("exploding"), request.get("vanishing"))
         health = self._nonfinite.checks.health
         return {"exploding": health.exploding, "vanishing": health.vanishing}

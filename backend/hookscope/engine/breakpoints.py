@@ -156,14 +156,14 @@ class LayerBreakpoints:
         for phase in phases:
             if phase == "forward_pre":
 
-                def pre(mod: nn.Module, args: tuple, _n: str = name) -> None:
+                def pre(mod: nn.Module, args: tuple[Any, ...], _n: str = name) -> None:
                     if bp.active and not rejects("forward_pre", args, None):
                         self._event(bp, HookEvent(model_id, _n, mod, "forward_pre", inputs=args))
 
                 handles.append(module.register_forward_pre_hook(pre))
             elif phase == "forward":
 
-                def post(mod: nn.Module, args: tuple, output: Any, _n: str = name) -> None:
+                def post(mod: nn.Module, args: tuple[Any, ...], output: Any, _n: str = name) -> None:
                     if bp.active and not rejects("forward", output, args):
                         self._event(bp, HookEvent(model_id, _n, mod, "forward", inputs=args, output=output))
 
@@ -192,7 +192,7 @@ class LayerBreakpoints:
         """The exact backward phase of ``bp`` on one layer (not installed: ``install()`` or call its hooks)."""
         rejects = bp.spec.condition.rejects
 
-        def grads(mod: nn.Module, grad_input: tuple, grad_output: tuple) -> None:
+        def grads(mod: nn.Module, grad_input: tuple[Any, ...], grad_output: tuple[Any, ...]) -> None:
             if bp.active and not rejects("backward", grad_input, grad_output):
                 self._event(
                     bp, HookEvent(model_id, name, mod, "backward", grad_input=grad_input, grad_output=grad_output)

@@ -7,6 +7,8 @@ sets ``torch.compiler.set_stance('force_eager')`` until it is turned off or Hook
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from hookscope.engine.state import EngineState
@@ -66,7 +68,7 @@ class CompileStance(EngineState):
                 "compiled",
             )
 
-    def _req_setCompiledEager(self, request: dict) -> dict:
+    def _req_setCompiledEager(self, request: dict[str, Any]) -> dict[str, Any]:
         """The opt-in of the ``compiled`` notice: run torch.compile'd code eagerly so layer hooks
         inside it fire (``torch.compiler.set_stance('force_eager')``, process-wide, no recompile);
         off, or when Hookscope goes, restores the stance it replaced."""

@@ -140,14 +140,15 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
 
     # ------------------------------------------------------------------ requests
 
-    def handle(self, request: dict) -> dict:
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         """Reply body for ``request``; raises ProtocolError for an error reply."""
         rtype = request.get("type")
         handler = getattr(self, f"_req_{rtype}", None)
         if handler is None:
             raise ProtocolError(ERR_UNKNOWN_TYPE, f"the engine does not handle {str(rtype)[:64]!r}")
         try:
-            return handler(request)
+            reply: dict[str, Any] = handler(request)
+            return reply
         except ProtocolError:  # (a ValueError too)
             raise
         except (ValueError, IndexError) as exc:
@@ -157,7 +158,7 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
             # bug: the agent logs it with its traceback and answers 'internal', never blaming the editor.
             raise ProtocolError(ERR_BAD_MESSAGE, f"{rtype}: {exc}") from exc
 
-    def _req_listHooks(self, request: dict) -> dict:
+    def _req_listHooks(self, request: dict[str, Any]) -> dict[str, Any]:
         from hookscope.hooks import inventory
 
         model_id = request.get("model")
@@ -172,13 +173,13 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
         result = inventory.list_hooks(models)
         return {"hooks": list(result.get("hooks", [])), "leaks": list(result.get("leaks", []))}
 
-    def _req_removeHooks(self, request: dict) -> dict:
+    def _req_removeHooks(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"removed": self.shutdown()}
 
-    def _req_bye(self, request: dict) -> dict:
+    def _req_bye(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"removed": self.shutdown()}
 
-    def _req_addIntervention(self, request: dict) -> dict:
+    def _req_addIntervention(self, request: dict[str, Any]) -> dict[str, Any]:
         model_id = self._model_id(request.get("model"))
         layer, module = self._layer(model_id, request.get("layer"))
         kind = request.get("kind")
@@ -190,13 +191,13 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
         )
         return {"id": iv_id}
 
-    def _req_removeIntervention(self, request: dict) -> dict:
+    def _req_removeIntervention(self, request: dict[str, Any]) -> dict[str, Any]:
         if self._interventions is None:
             return {"removed": 0}
         target = request.get("intervention")
         return {"removed": self._interventions.remove(target if isinstance(target, str) else None)}
 
-    def _req_listInterventions(self, request: dict) -> dict:
+    def _req_listInterventions(self, request: dict[str, Any]) -> dict[str, Any]:
         if self._interventions is None:
             return {"interventions": []}
         return {"interventions": self._interventions.list()}

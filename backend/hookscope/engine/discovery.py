@@ -397,6 +397,6 @@ def _variable_name(module: Any) -> str | None:
             return match.group(1)
     main = sys.modules.get("__main__")
     for key, value in list(getattr(main, "__dict__", {}).items()):
-        if value is module and not key.startswith("_"):
+        if value is module and isinstance(key, str) and not key.startswith("_"):
             return key
     return None

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # visuals (matplotlib and friends) load with the first image
 class PanelRequests(RenderGlue, StepHooks):
     """Engine's panel half: the requests of the Tensors panel (and of "Show in Hookscope")."""
 
-    def _req_watch(self, request: dict) -> dict:
+    def _req_watch(self, request: dict[str, Any]) -> dict[str, Any]:
         model_id = self._model_id(request.get("model"))
         layers = request.get("layers") or []
         rate = float(request.get("rateHz") or DEFAULT_RATE_HZ)
@@ -61,7 +61,7 @@ class PanelRequests(RenderGlue, StepHooks):
             self._sync_root_hooks()
             return {"layers": [name for (m, name) in self._watches if m == model_id]}
 
-    def _req_getSummaries(self, request: dict) -> dict:
+    def _req_getSummaries(self, request: dict[str, Any]) -> dict[str, Any]:
         model_id = self._model_id(request.get("model"))
         layer, module = self._layer(model_id, request.get("layer"))
         last = self._last.get((model_id, layer), {})
@@ -75,7 +75,7 @@ class PanelRequests(RenderGlue, StepHooks):
         )
         return {"layer": layer, "tensors": tensors, "step": last.get("step", self._step_of(model_id))}
 
-    def _req_getParamGrads(self, request: dict) -> dict:
+    def _req_getParamGrads(self, request: dict[str, Any]) -> dict[str, Any]:
         model_id = self._model_id(request.get("model"))
         model = self._indexes[model_id].model
         if model is None:
@@ -100,7 +100,7 @@ class PanelRequests(RenderGlue, StepHooks):
         done = threading.Event()
         result: dict[str, Any] = {}  # "value": T or "error": the exception read() raised
 
-        def at_next_forward(module: nn.Module, args: tuple) -> None:
+        def at_next_forward(module: nn.Module, args: tuple[Any, ...]) -> None:
             handle.remove()
             if done.is_set():
                 return
@@ -127,7 +127,7 @@ class PanelRequests(RenderGlue, StepHooks):
         value: T = result["value"]
         return value
 
-    def _req_render(self, request: dict) -> dict:
+    def _req_render(self, request: dict[str, Any]) -> dict[str, Any]:
         view = request.get("view")
         if isinstance(view, str) and view in image_packages.NEEDS:
             image_packages.require(view)  # torch alone draws no picture: say which package is missing
@@ -180,7 +180,7 @@ class PanelRequests(RenderGlue, StepHooks):
         meta["of"] = about  # what the image is of: the panel's caption
         return {"png": image.png, "width": image.width, "height": image.height, "meta": meta}
 
-    def _req_inspectValue(self, request: dict) -> dict:
+    def _req_inspectValue(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("handle") is not None:
             # Published from any paused frame through the debugger ("Show in Hookscope"): nothing to evaluate.
             from hookscope.debugger import inspector
@@ -208,7 +208,7 @@ class PanelRequests(RenderGlue, StepHooks):
             body["png"] = visuals.tensor_image(tensor.detach(), **options).png
         return body
 
-    def _req_releaseInspected(self, request: dict) -> dict:
+    def _req_releaseInspected(self, request: dict[str, Any]) -> dict[str, Any]:
         from hookscope.debugger import inspector
 
         handles = request.get("handles")

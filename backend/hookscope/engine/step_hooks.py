@@ -24,7 +24,7 @@ def summaries_first_tensor(value: Any) -> torch.Tensor | None:
     return None
 
 
-def _input_signature(args: tuple) -> tuple:
+def _input_signature(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The shapes of a call's tensor arguments: a new signature means a new shape pass."""
     # a loop, not a comprehension or a generator: under a debugger each is one more traced call
     shapes = []
@@ -66,7 +66,7 @@ class StepHooks(WatchSampler):
             self._root_handles.pop(model_id).remove()
 
     def _root_pre(self, model_id: str) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> None:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> None:
             if REPLAY.depth or kwargs is CALLED_WITHOUT_KWARGS:  # removed_hooks
                 return
             self._steps[model_id] = self._steps.get(model_id, 0) + 1
@@ -96,14 +96,14 @@ class StepHooks(WatchSampler):
         layer_handles: list[Any] = []
 
         def record(name: str) -> Callable[..., None]:
-            def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
                 first = summaries_first_tensor(output)
                 if first is not None:
                     shapes[name] = list(first.shape)
 
             return hook
 
-        def pre(module: nn.Module, args: tuple) -> None:
+        def pre(module: nn.Module, args: tuple[Any, ...]) -> None:
             if REPLAY.depth or layer_handles:
                 return
             added = [
@@ -119,7 +119,7 @@ class StepHooks(WatchSampler):
             for handle in added:  # shut down (editor gone) while they were being added
                 handle.remove()
 
-        def post(module: nn.Module, args: tuple, output: Any) -> None:
+        def post(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             if REPLAY.depth or not layer_handles:
                 return
             first = summaries_first_tensor(output)

@@ -71,7 +71,9 @@ class WatchSampler(EngineState):
     def _watch_hook(self, watch: LayerWatch) -> Callable[..., None]:
         key = (watch.model, watch.layer)
 
-        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any = CALLED_WITHOUT_KWARGS) -> None:
+        def hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any = CALLED_WITHOUT_KWARGS
+        ) -> None:
             if REPLAY.depth or not watch.active or output is CALLED_WITHOUT_KWARGS:  # armed means due: _arm_due decided
                 return
             started = time.perf_counter()  # the budget counts the whole sample, hook removal included
