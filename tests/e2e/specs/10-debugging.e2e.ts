@@ -15,6 +15,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Debugger } from '../harness/debug.ts';
 import { sessionSteps, startHookscopeRun } from '../harness/hookscope.ts';
+import { hookscopeFilePattern } from '../harness/hookscopeSources.ts';
 import { REPO_ROOT } from '../harness/paths.ts';
 import { findRunProcesses } from '../harness/processes.ts';
 import { TensorsPanel } from '../harness/tensorsPanel.ts';
@@ -23,7 +24,7 @@ import { waitFor } from '../harness/wait.ts';
 import { Workbench } from '../harness/workbench.ts';
 
 /** Files of the hookscope package a user must never meet at a stop. */
-const HOOKSCOPE_FILES = /\b(stop|stop_location|engine|breakpoints|nonfinite|leaf_hooks|agent|conditions)\.py\b/;
+const HOOKSCOPE_FILES = hookscopeFilePattern(['cnn.py']);
 
 describe('debugging the CNN example with a layer breakpoint', function () {
   const session = sessionSteps(() => startHookscopeRun('debugging'));

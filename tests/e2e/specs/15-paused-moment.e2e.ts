@@ -10,6 +10,7 @@
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
 import { Debugger } from '../harness/debug.ts';
+import { hookscopeFilePattern } from '../harness/hookscopeSources.ts';
 import { sessionSteps, startHookscopeRun } from '../harness/hookscope.ts';
 import { isEvent } from '../harness/trace.ts';
 import { Workbench } from '../harness/workbench.ts';
@@ -90,7 +91,7 @@ if __name__ == "__main__":
 `;
 
 /** Files of the hookscope package a user must never meet at a stop. */
-const HOOKSCOPE_FILES = /\b(stop|stop_location|engine|breakpoints|nonfinite|leaf_hooks|agent|conditions)\.py\b/;
+const HOOKSCOPE_FILES = hookscopeFilePattern(['tower_parts.py', 'train_tower.py']);
 
 describe('the paused moment shows the user\'s code (a model the examples do not have)', function () {
   const session = sessionSteps(() => startHookscopeRun('paused-moment', {
