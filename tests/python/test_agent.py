@@ -10,9 +10,8 @@ import time
 
 import pytest
 
-from hookscope.link import agent as agent_mod
-from hookscope.link import codec, handshake, protocol
-from hookscope.link.agent import Agent, OutgoingQueue
+from hookscope.link import codec, handshake, outgoing, protocol, serve_loop
+from hookscope.link.agent import Agent
 from hookscope.link.protocol_vocabulary import (
     ERR_BAD_MESSAGE,
     ERR_INTERNAL,
@@ -89,17 +88,6 @@ def wait_until(condition, timeout=10.0):
     return False
 
 
-def test_queue_drops_and_counts_but_keeps_essential_messages():
-    queue = OutgoingQueue(limit=3, essential_limit=5)
-    for i in range(5):
-        queue.put({"type": "summaries", "n": i})
-    assert len(queue) == 3 and queue.dropped == 2
-    assert queue.put({"type": "hit"}) and queue.put({"type": "reply", "re": 1})
-    assert not queue.put({"type": "hit"})  # even essential ones have a ceiling
-    assert queue.dropped == 3
-    assert [queue.take()["n"] for _ in range(3)] == [0, 1, 2]
-
-
 def test_hello_first_then_requests_reach_the_engine(link, make_agent):
     make_agent(link)
     conn = link.wait_connection(10)
@@ -157,8 +145,8 @@ def test_disconnect_removes_hooks_and_reconnect_sends_hello_and_models(link, mak
 
 
 def test_silent_editor_is_detected_once_it_has_answered_pings(link, make_agent, monkeypatch):
-    monkeypatch.setattr(agent_mod, "PROBE_AFTER_S", 0.2)
-    monkeypatch.setattr(agent_mod, "SILENCE_LIMIT_S", 1.0)
+    monkeypatch.setattr(serve_loop, "PROBE_AFTER_S", 0.2)
+    monkeypatch.setattr(serve_loop, "SILENCE_LIMIT_S", 1.0)
     a = make_agent(link)
     conn = link.wait_connection(10)
     conn.request("setBreakOnNonFinite", enabled=True)
@@ -189,7 +177,7 @@ def test_wrong_token_is_refused_for_good(link, make_agent, capfd):
 
 
 def test_emit_never_blocks_when_the_editor_does_not_read(monkeypatch):
-    monkeypatch.setattr(agent_mod, "OUT_BUFFER_LIMIT", 1 << 20)
+    monkeypatch.setattr(serve_loop, "OUT_BUFFER_LIMIT", 1 << 20)
     server = socket.create_server(("127.0.0.1", 0))
     host, port = server.getsockname()[:2]
     a = Agent(host, port, "t", engine_factory=FakeEngine, discover=False, engine_ready=lambda: True)
@@ -210,44 +198,11 @@ def test_emit_never_blocks_when_the_editor_does_not_read(monkeypatch):
             a.emit(payload)
         assert a.queue.dropped > 0
         waiting = sum(1 for m in list(a.queue._items) if m["type"] == "summaries")
-        assert waiting <= agent_mod.QUEUE_LIMIT  # (heartbeats and stats may wait beside them)
+        assert waiting <= outgoing.QUEUE_LIMIT  # (heartbeats and stats may wait beside them)
         peer.close()
     finally:
         a.stop()
         server.close()
-
-
-def test_start_is_idempotent_and_skips_multiprocessing_workers(monkeypatch):
-    monkeypatch.setattr(
-        agent_mod.sys, "orig_argv", ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"]
-    )
-    assert agent_mod.skip_reason() == "multiprocessing worker"
-    monkeypatch.setattr(agent_mod.sys, "orig_argv", ["python", "-m", "torch.distributed.run", "x.py"])
-    assert agent_mod.skip_reason() is not None
-    monkeypatch.setattr(agent_mod.sys, "orig_argv", ["python", "train.py"])
-    assert agent_mod.skip_reason() is None
-
-
-def test_user_argv_strips_debugpy_options(monkeypatch):
-    monkeypatch.setattr(agent_mod.sys, "argv", ["/x/debugpy", "--connect", "1"])
-    monkeypatch.setattr(
-        agent_mod.sys,
-        "orig_argv",
-        [
-            "python",
-            "/x/debugpy",
-            "--connect",
-            "127.0.0.1:5",
-            "--configure-qt",
-            "none",
-            "--adapter-access-token",
-            "abc",
-            "/w/train.py",
-            "--lr",
-            "3",
-        ],
-    )
-    assert agent_mod._user_argv() == ["/w/train.py", "--lr", "3"]
 
 
 def test_drops_are_reported_in_a_stats_event(link, make_agent):
@@ -273,38 +228,6 @@ def test_settings_wait_for_torch_and_are_applied_when_the_engine_starts(link, ma
     assert not FakeEngine.instances
     torch_loaded.set()
     assert wait_until(lambda: FakeEngine.instances and FakeEngine.instances[-1].hooks == 3)
-
-
-def test_queue_is_capped_by_bytes_and_a_reply_that_does_not_fit_becomes_an_error_reply():
-    queue = OutgoingQueue(limit=100, essential_limit=100, byte_limit=10_000, essential_byte_limit=50_000)
-    summaries = {"type": "summaries", "tensors": [], "blob": "x" * 4000}
-    assert queue.put(summaries) and queue.put(summaries)
-    assert not queue.put(summaries)  # a third would pass 10 kB of droppable events: dropped, counted
-    assert queue.dropped == 1 and 8000 < queue.bytes < 10_000
-    assert queue.put(protocol.reply(5, {"png": b"\0" * 60_000}))  # over 50 kB: its request still gets an answer
-    assert queue.dropped == 2
-    answer = queue.take_urgent()  # essential first
-    assert answer["re"] == 5 and answer["error"]["code"] == ERR_NOT_AVAILABLE
-    assert "does not fit" in answer["error"]["message"]
-    queue.clear()
-    assert queue.bytes == 0 and len(queue) == 0
-
-
-def test_request_budget_gives_a_share_in_turns():
-    now = [0.0]
-    budget = agent_mod.RequestBudget(share=0.05, burst=0.25, resume=0.003, clock=lambda: now[0])
-    assert budget.available() and budget.wait_s() == 0.0
-    budget.spend(0.3)  # a long request: the budget goes into debt
-    assert not budget.available()
-    assert budget.wait_s() == pytest.approx((0.05 + 0.003) / 0.05 + 1e-3)
-    now[0] += 1.0  # the debt is paid back, but a turn needs 3 ms in hand
-    assert not budget.available()
-    now[0] += 0.07
-    assert budget.available()
-    now[0] += 100.0
-    budget.available()
-    budget.spend(0.25)  # never more than the burst in hand
-    assert not budget.available()
 
 
 def test_a_bug_in_a_handler_is_answered_internal_and_logged_with_its_traceback(link, make_agent, caplog):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hookscope import bootstrap
-from hookscope.link.agent import is_distributed_launcher
+from hookscope.link.process_policy import is_distributed_launcher
 from hookscope.terminal.break_spec import PHASE_ALIASES, parse_spec
 from hookscope.terminal.dap_client import DapClient, DapError
 from hookscope.terminal.dap_sessions import DebugSessions

@@ -36,8 +36,8 @@ from torch import nn
 
 from hookscope.engine.core import Engine
 from hookscope.link import handshake
-from hookscope.link.agent import SILENCE_LIMIT_S
 from hookscope.link.protocol_vocabulary import ERROR_CODES, PHASES, ProtocolError
+from hookscope.link.serve_loop import SILENCE_LIMIT_S
 
 
 def test_editor_closes_mid_run_hooks_removed_training_unchanged_and_reconnect(link, live_agent):

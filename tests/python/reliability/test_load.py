@@ -20,9 +20,9 @@ from torch import nn
 
 from hookscope.engine import discovery
 from hookscope.engine.core import Engine
-from hookscope.link import agent as agent_mod
-from hookscope.link import codec, handshake, protocol
-from hookscope.link.agent import Agent, OutgoingQueue
+from hookscope.link import codec, handshake, protocol, serve_loop
+from hookscope.link.agent import Agent
+from hookscope.link.outgoing import OutgoingQueue
 
 LAYERS = 1000
 QUEUE_LIMIT = 512
@@ -151,8 +151,8 @@ def test_slow_reader_memory_bounded_drops_counted_tree_first():
     assert result["tree_modules"] == LAYERS + 1
     # Bounded: the queue never exceeds its limit, the encoded buffer never exceeds its cap.
     assert result["peak_queue"] <= QUEUE_LIMIT + 64
-    assert result["peak_out"] <= agent_mod.OUT_BUFFER_LIMIT + 1024 * 1024
-    assert result["mem_growth"] < agent_mod.OUT_BUFFER_LIMIT + 64 * 1024 * 1024
+    assert result["peak_out"] <= serve_loop.OUT_BUFFER_LIMIT + 1024 * 1024
+    assert result["mem_growth"] < serve_loop.OUT_BUFFER_LIMIT + 64 * 1024 * 1024
     assert result["dropped"] > 0 and result["stats"]["dropped"] > 0
     print(
         f"{result['steps']} steps; "

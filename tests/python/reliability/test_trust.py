@@ -28,8 +28,7 @@ import pytest
 from reliability_support import ROOT, SmallNet, batches, hook_count, subprocess_env, train, wait_until
 
 from hookscope.link import agent as agent_mod
-from hookscope.link import bounds, codec, handshake, protocol
-from hookscope.link.agent import RequestBudget
+from hookscope.link import bounds, codec, handshake, protocol, request_pacing, serve_loop
 from hookscope.link.protocol_vocabulary import (
     ERR_BAD_MESSAGE,
     ERR_BUSY,
@@ -39,6 +38,7 @@ from hookscope.link.protocol_vocabulary import (
     MAX_REQUEST_FRAME_BYTES,
     PROTOCOL_VERSION,
 )
+from hookscope.link.request_pacing import RequestBudget
 from hookscope.terminal.editor_link import EditorLink, RequestError
 
 
@@ -424,13 +424,13 @@ def test_a_request_flood_does_not_slow_the_training_step(link, tmp_path):
     )
     assert len(conn.received) < FLOOD_REQUESTS, "the flood was over before the steps were measured"
     # What the flood costs is what the agent thread takes of the interpreter: its share, not what it is asked.
-    assert flooded["agentShare"] < agent_mod.REQUEST_SHARE * 1.5 + 0.02
+    assert flooded["agentShare"] < request_pacing.REQUEST_SHARE * 1.5 + 0.02
     assert during < baseline * 1.25 + 0.0002
 
 
 def test_stale_requests_are_shed_as_busy_and_counted(link, live_agent, monkeypatch):
-    monkeypatch.setattr(agent_mod, "SHED_AFTER_S", 0.2)
-    monkeypatch.setattr(agent_mod, "STATS_INTERVAL_S", 0.2)
+    monkeypatch.setattr(request_pacing, "SHED_AFTER_S", 0.2)
+    monkeypatch.setattr(serve_loop, "STATS_INTERVAL_S", 0.2)
     a = live_agent(link, SmallNet())
     conn = link.wait_connection(20)
     conn.wait_event("modelAdded", timeout=20)
