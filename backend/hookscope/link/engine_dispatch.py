@@ -3,8 +3,8 @@
 Each authenticated connection gets a fresh ``Engine`` (``engine/core.py``), created only once
 the program has imported torch itself: settings the editor sends before then are answered and
 kept (``_DEFERRABLE``), and replayed into the engine when it exists. Models found by discovery
-are reported to every editor and handed to every engine. Messages that are not requests (the
-editor's ``bye``, ``ping``, replies to our heartbeats) are answered here without the engine.
+are reported to every editor and handed to every engine. The editor's ``bye`` and ``ping``, and
+its replies to our heartbeats, are handled here without the engine.
 
 ``EngineDispatch`` is the lowest layer of ``Agent`` (``link/agent.py``): a mixin whose state
 ``Agent.__init__`` sets up; the layers above it (``link/serve_loop.py``, ``Agent``) call into it.
