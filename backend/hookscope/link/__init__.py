@@ -1,1 +1,1 @@
-"""The link to the editor: the agent (socket, outgoing queue, process policy), the wire protocol, its codec and handshake, and the generator of the TypeScript protocol types."""
+"""The link to the editor: the agent thread (agent, serve_loop, engine_dispatch, outgoing, request_pacing, process_policy, agent_log), the wire protocol declared once (protocol_*), its bounds, codec and handshake, and the generator of the TypeScript protocol types."""

@@ -96,7 +96,7 @@ class Agent(ServeLoop):
         self._engine_ready = engine_ready or torch_ready
         self._engine: EngineLike | None = None
         self._engine_failed = False
-        self._deferred: dict[str, dict] = {}
+        self._deferred: dict[str, dict[str, Any]] = {}
         """Latest setBreakpoints/setBreakOnNonFinite/watch received before the engine existed."""
         self._replaying = False
         self._stats_at = 0.0
@@ -154,7 +154,7 @@ class Agent(ServeLoop):
         thread.start()
         atexit.register(self.flush, 1.0)
 
-    def emit(self, event: dict) -> None:
+    def emit(self, event: dict[str, Any]) -> None:
         """Queue an event for the editor; never blocks (drops and counts when full)."""
         mtype = event.get("type")
         if (mtype == "hit" and event.get("pausing")) or mtype == "resumed":

@@ -32,11 +32,11 @@ class EngineLike(Protocol):
 
     def add_model(self, model_id: str, model: Any, locations: dict[str, tuple[str, int]] | None = None) -> None: ...
     def remove_model(self, model_id: str) -> None: ...
-    def handle(self, request: dict) -> dict: ...
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]: ...
     def shutdown(self) -> int: ...
 
 
-EngineFactory = Callable[[Callable[[dict], None]], EngineLike]
+EngineFactory = Callable[[Callable[[dict[str, Any]], None]], EngineLike]
 """Makes a connection's engine from the agent's ``emit``."""
 
 
@@ -50,7 +50,7 @@ class DiscoveryLike(Protocol):
     def check_structure(self, blocking: bool = True) -> None: ...
 
 
-def default_engine_factory(emit: Callable[[dict], None]) -> EngineLike:
+def default_engine_factory(emit: Callable[[dict[str, Any]], None]) -> EngineLike:
     from hookscope.engine.core import Engine  # heavy (torch): only once connected
 
     engine = Engine(emit)
@@ -72,7 +72,7 @@ class EngineDispatch:
     _engine_ready: Callable[[], bool]
     _engine: EngineLike | None
     _engine_failed: bool
-    _deferred: dict[str, dict]
+    _deferred: dict[str, dict[str, Any]]
     _replaying: bool
     _engine_lock: threading.RLock
     _models: dict[str, Any]
@@ -81,11 +81,11 @@ class EngineDispatch:
 
     if TYPE_CHECKING:  # defined by the layers above
 
-        def emit(self, event: dict) -> None: ...
-        def _on_reply(self, message: dict) -> None: ...
+        def emit(self, event: dict[str, Any]) -> None: ...
+        def _on_reply(self, message: dict[str, Any]) -> None: ...
 
     # -- discovery callbacks (any thread) ------------------------------------------
-    def _on_model_added(self, model_id: str, module: Any, tree: dict) -> None:
+    def _on_model_added(self, model_id: str, module: Any, tree: dict[str, Any]) -> None:
         with self._engine_lock:
             self._models[model_id] = tree
             self._modules[model_id] = weakref.ref(module)
@@ -227,7 +227,7 @@ class EngineDispatch:
             return
         self.emit(protocol.reply(re, body if isinstance(body, dict) else {}))
 
-    def _answer_without_engine(self, re: int, message: dict) -> None:
+    def _answer_without_engine(self, re: int, message: dict[str, Any]) -> None:
         """Before the program imports torch: keep the latest settings, apply them later."""
         mtype = message["type"]
         if self._engine_failed:
@@ -256,6 +256,6 @@ class EngineDispatch:
         self.emit(protocol.error_reply(re, code, text))
 
 
-def _locations(tree: dict) -> dict[str, tuple[str, int]]:
+def _locations(tree: dict[str, Any]) -> dict[str, tuple[str, int]]:
     """name -> (file, line) of each module, as discovery found them (the engine resolves file:line specs)."""
     return {m["name"]: (m["file"], m["line"]) for m in tree.get("modules", ()) if "file" in m and "line" in m}

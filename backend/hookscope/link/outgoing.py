@@ -28,7 +28,7 @@ ESSENTIAL_TYPES = frozenset({"reply", "heartbeat", "hit", "resumed", "modelAdded
 """Messages kept in their own lane, beyond ``QUEUE_LIMIT``: replies, hits, model events, stats."""
 
 
-def approx_size(message: dict) -> int:
+def approx_size(message: dict[str, Any]) -> int:
     """A cheap estimate of a message's encoded size: the payload bytes and strings of the message
     and of its maps (a reply's body, a model tree), and ``_ENTRY_BYTES`` per other entry.
     Two levels only, so the training thread can afford it for every event it queues."""
@@ -68,9 +68,9 @@ class OutgoingQueue:
         byte_limit: int = QUEUE_BYTES_LIMIT,
         essential_byte_limit: int = ESSENTIAL_BYTES_LIMIT,
     ) -> None:
-        self._items: collections.deque[dict] = collections.deque()
+        self._items: collections.deque[dict[str, Any]] = collections.deque()
         """Droppable messages, oldest first."""
-        self._essential: collections.deque[dict] = collections.deque()
+        self._essential: collections.deque[dict[str, Any]] = collections.deque()
         self._order: dict[int, tuple[int, int]] = {}
         """id(message) -> (sequence number, estimated bytes), for ``take``'s overall order."""
         self._seq = 0
@@ -84,7 +84,7 @@ class OutgoingQueue:
         self._droppable_bytes = 0
         self.dropped = 0
 
-    def put(self, message: dict) -> bool:
+    def put(self, message: dict[str, Any]) -> bool:
         essential = message.get("type") in ESSENTIAL_TYPES
         size = approx_size(message)
         with self._lock:
@@ -111,7 +111,7 @@ class OutgoingQueue:
                 self._droppable_bytes += size
             return True
 
-    def take(self) -> dict | None:
+    def take(self) -> dict[str, Any] | None:
         """The oldest message of either lane."""
         with self._lock:
             if self._essential and (
@@ -120,14 +120,14 @@ class OutgoingQueue:
                 return self._pop(self._essential)
             return self._pop(self._items) if self._items else None
 
-    def take_urgent(self) -> dict | None:
+    def take_urgent(self) -> dict[str, Any] | None:
         """The oldest essential message, else the oldest droppable one."""
         with self._lock:
             if self._essential:
                 return self._pop(self._essential)
             return self._pop(self._items) if self._items else None
 
-    def _pop(self, lane: collections.deque[dict]) -> dict:
+    def _pop(self, lane: collections.deque[dict[str, Any]]) -> dict[str, Any]:
         message = lane.popleft()
         _, size = self._order.pop(id(message), (0, 0))
         self.bytes -= size
@@ -146,7 +146,7 @@ class OutgoingQueue:
         return len(self._items) + len(self._essential)
 
 
-def _too_large(reply: dict, size: int, waiting: int) -> dict:
+def _too_large(reply: dict[str, Any], size: int, waiting: int) -> dict[str, Any]:
     return protocol.error_reply(
         reply.get("re", -1),
         ERR_NOT_AVAILABLE,

@@ -47,7 +47,7 @@ def skip_reason() -> str | None:
     return None
 
 
-def describe_process(session: str | None) -> dict:
+def describe_process(session: str | None) -> dict[str, Any]:
     """The ``process`` message's fields: sent only once the editor has proved the token."""
     info: dict[str, Any] = {
         "pid": os.getpid(),

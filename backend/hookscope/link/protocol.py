@@ -23,16 +23,6 @@ from hookscope.link.protocol_schema import Field, FieldType, Message
 from hookscope.link.protocol_structs import STRUCTS_BY_NAME
 from hookscope.link.protocol_vocabulary import ENUMS, ERR_BAD_MESSAGE, ERR_UNKNOWN_TYPE, ProtocolError
 
-# What hookscope.link.agent still reads as ``protocol.X`` besides the names above (ERR_BAD_MESSAGE,
-# MESSAGES_BY_TYPE): its own split (issue 21) runs in parallel; drop these once it imports them from
-# protocol_vocabulary / protocol_messages.
-from hookscope.link.protocol_vocabulary import ERR_BUSY as ERR_BUSY
-from hookscope.link.protocol_vocabulary import ERR_INTERNAL as ERR_INTERNAL
-from hookscope.link.protocol_vocabulary import ERR_NOT_AVAILABLE as ERR_NOT_AVAILABLE
-from hookscope.link.protocol_vocabulary import HELLO_DEADLINE_S as HELLO_DEADLINE_S
-from hookscope.link.protocol_vocabulary import MAX_REQUEST_CONTAINERS as MAX_REQUEST_CONTAINERS
-from hookscope.link.protocol_vocabulary import MAX_REQUEST_FRAME_BYTES as MAX_REQUEST_FRAME_BYTES
-
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),

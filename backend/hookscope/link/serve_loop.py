@@ -16,6 +16,7 @@ import selectors
 import socket
 import threading
 import time
+from typing import Any
 
 from hookscope.link import codec, protocol, request_pacing
 from hookscope.link.agent_log import log
@@ -261,7 +262,7 @@ class ServeLoop(EngineDispatch):
             self._last_tx_progress = time.monotonic()
         del self._out[:sent]
 
-    def _send_now(self, message: dict) -> None:
+    def _send_now(self, message: dict[str, Any]) -> None:
         sock = self._sock
         if sock is None:
             return
@@ -321,7 +322,7 @@ class ServeLoop(EngineDispatch):
         reading = now - self._last_tx_progress < SILENCE_LIMIT_S
         return not (self._editor_answers_pings and silent >= SILENCE_LIMIT_S and not reading)
 
-    def _on_reply(self, message: dict) -> None:
+    def _on_reply(self, message: dict[str, Any]) -> None:
         # A reply answers one of our heartbeats and nothing else: whatever its error code, it
         # changes nothing else (refusals belong to the handshake).
         re = message.get("re", 0)
