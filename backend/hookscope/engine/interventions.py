@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from hookscope.hooks.mha_call import MHA_ARGS
+from hookscope.hooks.mha_call import recompute, recorded_call
 
 Tensor = torch.Tensor
 
@@ -298,69 +297,23 @@ def _zero_heads(
     The attention output is ``concat(head_0..head_H) @ W_o^T + b``; zeroing
     columns of ``W_o`` that read head h removes exactly that head's
     contribution. The weights the module returns are left as computed."""
-    call = dict(zip(MHA_ARGS, args))
-    call.update(kwargs)
+    call = recorded_call(args, kwargs)
     assert iv.channels is not None
     head_dim = module.embed_dim // module.num_heads
     keep = torch.ones(module.embed_dim, device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
     for h in iv.channels:
         keep[h * head_dim : (h + 1) * head_dim] = 0
     out_weight = module.out_proj.weight * keep  # new tensor; the parameter is untouched
-    attn = _mha_forward(module, call, out_weight)
+    attn, _ = recompute(
+        module,
+        call,
+        out_weight=out_weight,
+        need_weights=False,
+        average_attn_weights=True,
+        is_causal=bool(call.get("is_causal", False)),
+        dropout=module.dropout,
+        training=module.training,
+    )
     if isinstance(output, tuple):
         return (attn,) + tuple(output[1:])
     return attn
-
-
-def _mha_forward(m: nn.MultiheadAttention, call: dict[str, Any], out_weight: Tensor) -> Tensor:
-    """``nn.MultiheadAttention.forward``'s general path with a replaced output-projection weight."""
-    query, key, value = call["query"], call["key"], call["value"]
-    is_batched = query.dim() == 3
-    key_padding_mask = F._canonical_mask(
-        mask=call.get("key_padding_mask"),
-        mask_name="key_padding_mask",
-        other_type=F._none_or_dtype(call.get("attn_mask")),
-        other_name="attn_mask",
-        target_type=query.dtype,
-    )
-    attn_mask = F._canonical_mask(
-        mask=call.get("attn_mask"),
-        mask_name="attn_mask",
-        other_type=None,
-        other_name="",
-        target_type=query.dtype,
-        check_other=False,
-    )
-    if m.batch_first and is_batched:
-        query, key, value = (x.transpose(1, 0) for x in (query, key, value))
-    # Query, key and value of other widths have projections of their own (q/k/v_proj_weight, None
-    # otherwise: torch's defaults, as the module's own forward passes them only in that case).
-    separate = not m._qkv_same_embed_dim
-    out, _ = F.multi_head_attention_forward(
-        query,
-        key,
-        value,
-        m.embed_dim,
-        m.num_heads,
-        m.in_proj_weight,
-        m.in_proj_bias,
-        m.bias_k,
-        m.bias_v,
-        m.add_zero_attn,
-        m.dropout,
-        out_weight,
-        m.out_proj.bias,
-        training=m.training,
-        key_padding_mask=key_padding_mask,
-        need_weights=False,
-        attn_mask=attn_mask,
-        average_attn_weights=True,
-        is_causal=bool(call.get("is_causal", False)),
-        use_separate_proj_weight=separate,
-        q_proj_weight=m.q_proj_weight if separate else None,
-        k_proj_weight=m.k_proj_weight if separate else None,
-        v_proj_weight=m.v_proj_weight if separate else None,
-    )
-    if m.batch_first and is_batched:
-        return out.transpose(1, 0)
-    return out
