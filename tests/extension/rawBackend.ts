@@ -2,6 +2,9 @@
 // so fault-injection tests can send whatever they like before, during and after it.
 
 import { connect, type Socket } from 'node:net';
+import { BackendHub, type ProcessState } from '../../extension/src/backend/hub';
+import { waitFor } from '../../extension/src/common/events';
+import type { Logger } from '../../extension/src/common/logger';
 import { FrameReader, frameMessage } from '../../extension/src/protocol/codec';
 import { newNonce, proof, proofMatches } from '../../extension/src/protocol/handshake';
 import { PROTOCOL_VERSION } from '../../extension/src/protocol/messages.gen';
@@ -64,4 +67,40 @@ export async function rawBackend(port: number, token: string, pid: number): Prom
   }
   client.socket.write(frameMessage(processMessage(pid)));
   return client;
+}
+
+/** Waits for the `nth` (0-based) request of `type` the raw backend received and returns its id. */
+export async function requestId(backend: RawClient, type: string, nth = 0): Promise<number> {
+  const deadline = Date.now() + 10000;
+  for (;;) {
+    const requests = backend.frames.filter((f) => (f as { type?: string }).type === type) as { id: number }[];
+    if (requests.length > nth) return requests[nth].id;
+    if (Date.now() > deadline) throw new Error(`no ${type} request #${nth + 1} (got ${JSON.stringify(backend.frames)})`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** A logger that drops everything, for hubs whose log the test does not read. */
+export const quietLog: Logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
+
+/**
+ * A hub with one raw backend connected as `pid`: `body` gets the hub, the backend's process as the
+ * hub sees it, and the raw client; both are closed afterwards, whatever `body` did.
+ */
+export async function withRawBackend(
+  pid: number,
+  body: (hub: BackendHub, proc: ProcessState, backend: RawClient) => Promise<void>,
+): Promise<void> {
+  const hub = new BackendHub({ log: quietLog });
+  let backend: RawClient | undefined;
+  try {
+    const port = await hub.start();
+    const ticket = hub.openSession();
+    const connected = waitFor(hub.onDidConnect, (p) => p.pid === pid, 10000, 'the raw backend');
+    backend = await rawBackend(port, ticket.token, pid);
+    await body(hub, await connected, backend);
+  } finally {
+    backend?.socket.destroy();
+    hub.dispose();
+  }
 }

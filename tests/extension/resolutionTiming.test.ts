@@ -3,14 +3,11 @@
 // and the Breakpoints view must not flash a problem in between.
 
 import { strict as assert } from 'node:assert';
-import { BackendHub, resolutionsJudgeable, type ProcessState } from '../../extension/src/backend/hub';
+import { resolutionsJudgeable, type ProcessState } from '../../extension/src/backend/hub';
 import { breakpointStatuses } from '../../extension/src/breakpoints/model';
 import { waitFor } from '../../extension/src/common/events';
-import type { Logger } from '../../extension/src/common/logger';
 import { frameMessage } from '../../extension/src/protocol/codec';
-import { rawBackend, type RawClient } from './rawBackend';
-
-const quiet: Logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
+import { requestId, withRawBackend, type RawClient } from './rawBackend';
 
 const MODEL = {
   id: 'm1', name: 'model', cls: 'Tiny', params: 448,
@@ -20,18 +17,10 @@ const MODEL = {
   ],
 };
 
-/** Answers the next setBreakpoints request the raw backend receives (after `seen` of them). */
-async function answerSetBreakpoints(backend: RawClient, seen: number, layers: string[]): Promise<void> {
-  const deadline = Date.now() + 10000;
-  for (;;) {
-    const requests = backend.frames.filter((f) => (f as { type?: string }).type === 'setBreakpoints') as { id: number }[];
-    if (requests.length > seen) {
-      backend.socket.write(frameMessage({ type: 'reply', re: requests[seen].id, body: { resolved: [{ id: 'bp', layers }] } }));
-      return;
-    }
-    if (Date.now() > deadline) throw new Error(`no setBreakpoints request #${seen + 1}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
+/** Answers the `nth` setBreakpoints request the raw backend receives: breakpoint 'bp' resolved to `layers`. */
+async function answerSetBreakpoints(backend: RawClient, nth: number, layers: string[]): Promise<void> {
+  const id = await requestId(backend, 'setBreakpoints', nth);
+  backend.socket.write(frameMessage({ type: 'reply', re: id, body: { resolved: [{ id: 'bp', layers }] } }));
 }
 
 const problemOf = (p: ProcessState) =>
@@ -43,15 +32,8 @@ describe('breakpoint statuses wait for the resolutions of the models a process h
     ['a line that means a layer of the new model', ['conv1'], undefined],
     ['a line that means no layer of it', [], 'matches no layer of the models found'],
   ] as const) {
-    it(name, async () => {
-      const hub = new BackendHub({ log: quiet });
-      const port = await hub.start();
-      const ticket = hub.openSession();
-      let backend: RawClient | undefined;
-      try {
-        const connected = waitFor(hub.onDidConnect, (p) => p.pid === 92, 10000, 'the raw backend');
-        backend = await rawBackend(port, ticket.token, 92);
-        const proc = await connected;
+    it(name, () =>
+      withRawBackend(92, async (hub, proc, backend) => {
         let resolved = waitFor(hub.onDidResolveBreakpoints, (p) => p.id === proc.id, 10000, 'the first resolution');
         void hub.setBreakpoints([{ id: 'bp', file: '/w/tiny.py', line: 12, phases: ['forward'], enabled: true }]);
         await answerSetBreakpoints(backend, 0, []);
@@ -69,10 +51,6 @@ describe('breakpoint statuses wait for the resolutions of the models a process h
         await resolved;
         assert.ok(resolutionsJudgeable(proc));
         assert.equal(problemOf(proc), problemAfter);
-      } finally {
-        backend?.socket.destroy();
-        hub.dispose();
-      }
-    });
+      }));
   }
 });

@@ -15,10 +15,9 @@ import {
   MAX_PENDING_HANDSHAKES,
   PROTOCOL_VERSION,
 } from '../../extension/src/protocol/messages.gen';
-import { rawBackend, rawClient } from './rawBackend';
+import { quietLog, rawBackend, rawClient } from './rawBackend';
 
 const BIG = 32 * 1024 * 1024;
-const quiet: Logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
 
 /** Writes `first`, then a frame header announcing 32 MiB and its body, until the peer stops reading. */
 function streamBigFrame(socket: Socket, first: Buffer = Buffer.alloc(0)): void {
@@ -46,7 +45,7 @@ describe('trust: nothing big before the token is proved (extension side)', funct
     let resolveAccepted: (v: { socket: Socket; connection: BackendConnection }) => void = () => undefined;
     const accepted = new Promise<{ socket: Socket; connection: BackendConnection }>((r) => (resolveAccepted = r));
     const server = createServer((socket) => {
-      const connection = new BackendConnection(socket, { sessions: () => [['a-token', 'key']], log: quiet, helloDeadlineMs: 5000 });
+      const connection = new BackendConnection(socket, { sessions: () => [['a-token', 'key']], log: quietLog, helloDeadlineMs: 5000 });
       resolveAccepted({ socket, connection });
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
@@ -79,7 +78,7 @@ describe('trust: nothing big before the token is proved (extension side)', funct
   }
 
   it('the hub keeps at most MAX_PENDING_HANDSHAKES unknown clients, each until the deadline', async () => {
-    const hub = new BackendHub({ log: quiet, helloDeadlineMs: 3000 });
+    const hub = new BackendHub({ log: quietLog, helloDeadlineMs: 3000 });
     const port = await hub.start();
     const ticket = hub.openSession();
     const clients = [];
