@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from hookscope.engine.core import Engine
-from hookscope.engine.replay import deferred
+from hookscope.engine.replay import deferred, deferred_layers, deferred_values
 
 EXACT = 10**9
 """DEFER_MIN_LAYERS that keeps every breakpoint on the exact path."""
@@ -157,15 +157,17 @@ def _floats(value) -> list[torch.Tensor]:
     return [t for t in tensors if t.is_floating_point() and t.numel()]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=5),
     condition=conditions,
     quantile=st.floats(0.0, 1.0),
     seed=st.integers(0, 10_000),
     nan=st.sampled_from([None, 1]),
+    prompt=st.booleans(),
 )
-def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, quantile, seed, nan):
+def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, quantile, seed, nan, prompt):
+    """``prompt``: every tensor is reduced as it is recorded (as a large CPU tensor is), none at a flush."""
     kind, phases = condition
     cond = (
         {"kind": kind}
@@ -173,14 +175,16 @@ def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, qu
         else {"kind": kind, "threshold": threshold_for(kind, kinds, seed, quantile)}
     )
     plant = nan if kind == "nonfinite" else None
-    original = deferred.DEFER_MIN_LAYERS
+    original, prompt_min = deferred.DEFER_MIN_LAYERS, deferred_values.PROMPT_MIN_NUMEL
     try:
         deferred.DEFER_MIN_LAYERS = EXACT
         exact, _ = run(build(kinds, seed), cond, phases, 3, seed, plant)
         deferred.DEFER_MIN_LAYERS = 1
+        deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = 0 if prompt else prompt_min
         deferred_hits, notices = run(build(kinds, seed), cond, phases, 3, seed, plant)
     finally:
         deferred.DEFER_MIN_LAYERS = original
+        deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = prompt_min
     assert deferred_hits == exact
     assert not [n for n in notices if n.get("code") in ("deferredNotReplayed", "conditionError")]
 

@@ -19,11 +19,13 @@ Steady state (per watched layer, then once per step per model)
       looks at (the output; the inputs too for NaN/Inf) and hooks the output's
       gradient when the backward phase is watched; a forward-pre hook hooks the
       inputs' gradients (before the layer may change them in place, as GradTap
-      does). Those tensor hooks keep a reference to each gradient. No value is
-      computed per call: every ``FLUSH_COUNT`` tensors (or ``FLUSH_BYTES``) one
+      does). Those tensor hooks keep a reference to each gradient. Nothing
+      syncs per call: every ``FLUSH_COUNT`` tensors (or ``FLUSH_BYTES``) one
       ``_foreach_norm`` (the inf-norm for abs-max and NaN/Inf, which carries
       NaN and Inf and cannot overflow; the 2-norm for gradient norms) reduces
-      them on their device, so memory stays bounded and nothing syncs.
+      them on their device, so memory stays bounded. A large CPU tensor is
+      reduced as it is recorded instead (``PROMPT_MIN_NUMEL``): read later,
+      out of cache, it costs several times more.
     * At the end of the root's forward (its forward hook) the forward values,
       and at the end of the backward (a callback queued by the first gradient
       hook) the backward values, are reduced to one number per breakpoint:

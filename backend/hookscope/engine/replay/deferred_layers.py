@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
-from hookscope.engine.replay.deferred_values import FLUSH_BYTES, FLUSH_COUNT, StepValues, Track
+from hookscope.engine.replay.deferred_values import FLUSH_BYTES, FLUSH_COUNT, PROMPT_MIN_NUMEL, StepValues, Track
 from hookscope.hooks.conditions import REPLAY, HookEvent
 from hookscope.hooks.copy_safety import is_hookscope_hook
 from hookscope.hooks.leaf_hooks import hook_gradient
@@ -33,8 +33,9 @@ _STRIDED = torch.strided
 def _take(values: StepValues, value: Any, owner: LayerHooks) -> None:
     """The tensors of a value that is not one floating tensor (a tuple, an integer or empty tensor)."""
     for tensor in tensors_in(value):
-        if tensor.is_floating_point() and tensor.layout is _STRIDED and tensor.numel():
-            if owner.at_once:
+        numel = tensor.numel()
+        if tensor.is_floating_point() and tensor.layout is _STRIDED and numel:
+            if owner.at_once or (numel > PROMPT_MIN_NUMEL and tensor.is_cpu):
                 values.now(tensor)
             else:
                 values.refs.append(tensor)
@@ -126,7 +127,7 @@ class LayerHooks:
                         type(arg) is torch.Tensor
                         and arg.is_floating_point()
                         and arg.layout is _STRIDED
-                        and arg.numel()
+                        and 0 < arg.numel() <= PROMPT_MIN_NUMEL
                         and not self.at_once
                     ):
                         values.refs.append(arg)
@@ -170,7 +171,7 @@ class LayerHooks:
                     type(output) is torch.Tensor
                     and output.is_floating_point()
                     and output.layout is _STRIDED
-                    and output.numel()
+                    and 0 < output.numel() <= PROMPT_MIN_NUMEL
                     and not self.at_once
                 ):
                     values.refs.append(output)
@@ -251,6 +252,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
     """
     inner, track, module = hooks.inner, hooks.track, hooks.module
     recorder, forward_values = track.recorder, track.forward
+    reduce_now = forward_values.reducer
     grad = track.backward_values.grad  # one bound method: the same key in every hook dict it enters
     post_values, hook_inputs, hook_outputs = hooks.post_values, hooks.hook_inputs, hooks.hook_outputs
     around, tracing, grad_enabled, tensor = (
@@ -285,7 +287,15 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
             return output
         try:
             if post_values:
-                if output.numel():
+                numel = output.numel()
+                if numel > PROMPT_MIN_NUMEL and output.is_cpu:  # in cache now, cold at the flush
+                    if output is not forward_values.last:  # ``StepValues.now``, written out
+                        forward_values.last = output
+                        try:
+                            forward_values.prompt.append(reduce_now(output.detach()))
+                        except (RuntimeError, TypeError):
+                            forward_values.odd(output)
+                elif numel:
                     forward_values.refs.append(output)
                     forward_values.versions.append(output._version)
                     forward_values.owners.append(hooks)
