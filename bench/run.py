@@ -465,8 +465,9 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
         "",
         "The rows above run one after another, so a machine's drift over minutes shows in their ratios. "
         "Here one process switches configuration every 5 timed steps (untimed steps for at least 2 steps and 20 ms after each switch, "
-        "the order shuffled each round, the first round a warm-up, rounds repeated until a model has stepped 4 s, so that short steps get more samples); ratios divide by 'nothing watched' "
-        "measured in the same rounds.",
+        "the order shuffled each round, the first round a warm-up, rounds repeated until a model has stepped 12 s, so that short steps get more samples). "
+        "Each round gives a configuration's ratio: its 5 steps' median ÷ the median of 'nothing watched' in the same round. "
+        "A cell shows the median step time, the median of those ratios in bold, and their middle half (quartiles) in brackets.",
         "",
     ]
     if isinstance(row, str):
@@ -475,13 +476,15 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
     for config in SIDE_BY_SIDE:
         cells = []
         for model in models:
-            times = row["results"][model]
-            t, idle = times[config]["median_s"], times["idle"]["median_s"]
-            cells.append(f"{t * 1e3:.2f} ms · **{t / idle:.2f}×**")
+            measured = row["results"][model][config]
+            t = measured["median_s"]
+            cells.append(
+                f"{t * 1e3:.2f} ms · **{measured['ratio']:.2f}×** ({measured['ratio_q1']:.2f}–{measured['ratio_q3']:.2f})"
+            )
         lines.append(f"| {LABELS[f'hookscope-{config}']} | " + " | ".join(cells) + " |")
     lines.append(
-        "| timed steps per configuration | "
-        + " | ".join(str(row["results"][m]["idle"]["steps"]) for m in models)
+        "| rounds · timed steps per configuration | "
+        + " | ".join(f"{row['results'][m]['idle']['rounds']} · {row['results'][m]['idle']['steps']}" for m in models)
         + " |"
     )
     stacks = [m for m in models if m.startswith("stack")]

@@ -137,9 +137,9 @@ once, and on a 0.5 ms model the steps right after that 3 ms sample still run slo
 caches); in a real run the watch exists already and samples a few times a second."""
 
 
-MIN_MODEL_S = 4.0
+MIN_MODEL_S = 12.0
 """Side-by-side rounds continue (at most MAX_ROUNDS) until a model has stepped this long."""
-MAX_ROUNDS = 60
+MAX_ROUNDS = 200
 ORDER_SEED = 7
 """The configurations' order is shuffled each round from this seed (the same orders every run)."""
 
@@ -165,6 +165,9 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
             return timed_step(model, batch, loss_fn, optimizer, sync)  # noqa: B023 - called within this iteration
 
         times: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
+        blocks: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
+        """Each round's block median, by configuration: the ratios pair a configuration with 'idle'
+        of the same round, so a drift of the machine between rounds cancels out."""
         shuffler = random.Random(ORDER_SEED)
         min_rounds = 1 + -(-steps // BLOCK_STEPS)  # the first round warms up
         stepping_s, round_ = 0.0, 0
@@ -187,11 +190,26 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
                 stepping_s += time.perf_counter() - settle_from
                 if round_ > 0:
                     times[config].extend(block)
+                    blocks[config].append(statistics.median(block))
             round_ += 1
         for request in requests_for("idle", model_id, layers):
             engine.handle(request)
-        results[name] = {config: {"median_s": statistics.median(t), "steps": len(t)} for config, t in times.items()}
+        results[name] = {config: paired(times[config], blocks[config], blocks["idle"]) for config in SIDE_BY_SIDE}
     return results
+
+
+def paired(times: list[float], blocks: list[float], idle_blocks: list[float]) -> dict:
+    """One configuration's median step, and the median and quartiles of its per-round ratio to 'idle'."""
+    ratios = sorted(b / i for b, i in zip(blocks, idle_blocks, strict=True))
+    q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+    return {
+        "median_s": statistics.median(times),
+        "steps": len(times),
+        "rounds": len(ratios),
+        "ratio": statistics.median(ratios),
+        "ratio_q1": q1,
+        "ratio_q3": q3,
+    }
 
 
 if __name__ == "__main__":

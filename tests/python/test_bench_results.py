@@ -41,7 +41,13 @@ def test_each_table_names_one_denominator_and_history_closes_the_page(run_py, mo
     rows = {mode: fake_row(mode, models, 0.010) for mode in ["plain", "debugpy", *run_py.HOOKSCOPE_MODES]}
     rows["debugpy"] = fake_row("debugpy", models, 0.008)
     rows[run_py.SIDE_BY_SIDE_MODE] = {
-        "results": {m: {c: {"median_s": 0.01, "steps": 20} for c in run_py.SIDE_BY_SIDE} for m in models},
+        "results": {
+            m: {
+                c: {"median_s": 0.01, "steps": 20, "rounds": 4, "ratio": 1.0, "ratio_q1": 0.98, "ratio_q3": 1.03}
+                for c in run_py.SIDE_BY_SIDE
+            }
+            for m in models
+        },
         "peak_rss_mb": 1.0,
         "live_tensors": 0,
         "live_tensor_bytes": 0,
@@ -51,7 +57,7 @@ def test_each_table_names_one_denominator_and_history_closes_the_page(run_py, mo
     text = run_py.render_markdown({"cpu": rows}, {"cpu": "x86"}, models, args, side)
 
     headers = [line for line in text.splitlines() if line.startswith("| ") and "|---" not in line]
-    tables = [h for h in headers if not h.startswith(("| plain", "| under", "| Hookscope", "| Layer", "| timed"))]
+    tables = [h for h in headers if not h.startswith(("| plain", "| under", "| Hookscope", "| Layer", "| rounds"))]
     assert tables, text
     for header in tables[:-1]:  # the editor table's header is the bench's own (checked below)
         assert "÷" in header or "absolute, no ratio" in header, header
@@ -60,6 +66,7 @@ def test_each_table_names_one_denominator_and_history_closes_the_page(run_py, mo
     # one denominator: 10 ms over debugpy's 8 ms, no second (bracketed) ratio to plain Python
     assert "| plain Python, no debugger | 10.00 ms · **1.25×** | 10.00 ms · **1.25×** |" in text
     assert "(1.00×)" not in text
+    assert "| 10.00 ms · **1.00×** (0.98–1.03) |" in text  # side by side: the paired ratio and its middle half
     assert run_py.SIDE_NOTES["latency.py"] in text
     assert text.rstrip().endswith(run_py.HISTORY.read_text(encoding="utf-8").strip())
     assert text.index("## Development history") > text.index(f"## {run_py.EDITOR_LATENCY}")
@@ -95,3 +102,19 @@ def test_a_failed_row_keeps_the_table_whole_and_shows_its_stderr_below(run_py, m
     )
     assert f"{idle}:\n\n```\nfailed: RuntimeError" in text and "Traceback\nBoom\n```" in text
     assert "Traceback\nBang\n```" in text
+
+
+def test_side_by_side_ratios_pair_each_round_with_its_own_idle_steps() -> None:
+    """A machine twice as slow in the second round: the per-round ratios still read 1.1."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_worker", BENCH / "worker.py")
+        worker = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(worker)
+    finally:
+        sys.path.remove(str(BENCH))
+    measured = worker.paired([0.011, 0.022, 0.011], [0.011, 0.022, 0.011], [0.010, 0.020, 0.010])
+    assert measured["rounds"] == 3 and measured["steps"] == 3
+    assert measured["ratio"] == pytest.approx(1.1)
+    assert measured["ratio_q1"] == pytest.approx(1.1) and measured["ratio_q3"] == pytest.approx(1.1)
+    assert measured["median_s"] == pytest.approx(0.011)
