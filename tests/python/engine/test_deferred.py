@@ -69,7 +69,15 @@ def layer(kind: str, width: int) -> nn.Module:
         "picks": lambda: Picks(width),
         "seq": lambda: nn.Sequential(nn.Linear(width, width), nn.Tanh()),
         "scale": lambda: _Scale(),
+        "scale_": lambda: nn.Sequential(nn.Linear(width, width), _ScaleInPlace()),
     }[kind]()
+
+
+class _ScaleInPlace(nn.Module):
+    """Multiplies its input in place and returns it: new values in the tensor the layer before returned."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(7.0)
 
 
 class _Scale(nn.Module):
@@ -79,7 +87,7 @@ class _Scale(nn.Module):
         return x * 7.0
 
 
-KINDS = ["linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "seq", "scale"]
+KINDS = ["linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "seq", "scale", "scale_"]
 
 conditions = st.sampled_from(
     [
@@ -296,6 +304,26 @@ def test_a_value_changed_in_place_after_its_layer_is_still_caught(kind):
         if minimum == EXACT:
             exact = hits
     assert hits == exact
+
+
+def test_a_layer_that_changes_its_input_in_place_and_returns_it_is_checked_on_its_new_values():
+    """Large CPU outputs are reduced as they are produced; the layer after returns the same tensor
+    with new values (x.mul_(7)), which must be reduced again, not skipped as already seen."""
+    model = nn.Sequential(nn.Linear(4, 1000), _ScaleInPlace(), nn.Linear(1000, 3))
+    with torch.no_grad():
+        model[0].weight.zero_()
+        model[0].bias.fill_(1.0)  # the Linear's output is all 1 (abs-max 1), the in-place layer's all 7
+        model[2].weight.zero_()  # and the last layer's below the threshold: only the in-place layer hits
+    cond = {"kind": "absmax_above", "threshold": 3.0}
+    found = {}
+    for minimum in (EXACT, 1):
+        deferred.DEFER_MIN_LAYERS = minimum
+        try:
+            found[minimum] = run(copy.deepcopy(model), cond, ["forward"], 2, 0, None)[0]
+        finally:
+            deferred.DEFER_MIN_LAYERS = 4
+    assert found[EXACT][0][:3] == ("1", "forward", 0)
+    assert found[1] == found[EXACT]
 
 
 def test_root_hooks_called_as_removed_hooks_stay_quiet():

@@ -289,8 +289,9 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
             if post_values:
                 numel = output.numel()
                 if numel > PROMPT_MIN_NUMEL and output.is_cpu:  # in cache now, cold at the flush
-                    if output is not forward_values.last:  # ``StepValues.now``, written out
-                        forward_values.last = output
+                    version = output._version  # ``StepValues.now``, written out
+                    if output is not forward_values.last or version != forward_values.last_version:
+                        forward_values.last, forward_values.last_version = output, version
                         try:
                             forward_values.prompt.append(reduce_now(output.detach()))
                         except (RuntimeError, TypeError):

@@ -65,6 +65,7 @@ class StepValues:
         "uncertain",
         "doubtful",
         "last",
+        "last_version",
         "prompt",
         "reducer",
         "condition",
@@ -112,6 +113,9 @@ class StepValues:
         """Values computed at once (``now``): ``reducer``'s results."""
         self.last: torch.Tensor | None = None
         """The last tensor reduced by ``now`` (a container's output is its last child's: reduced once)."""
+        self.last_version = -1
+        """``last``'s version when it was reduced: a layer that changed it in place and returned it
+        (``x.mul_(k)``, an in-place ReLU) returns new values in the same tensor, reduced again."""
 
     def odd(self, tensor: Any) -> None:
         """A tensor the fused reduction does not take: the exact path's own test decides now."""
@@ -124,8 +128,8 @@ class StepValues:
         """The value of one tensor, computed now: a large CPU tensor (``PROMPT_MIN_NUMEL``), or one that
         may change in place before the flush (``LayerHooks.at_once``). No sync: read at the verdict.
         (The two hot paths, the wrapped forward and ``grad``, write these lines out: a call less each.)"""
-        if tensor is not self.last:
-            self.last = tensor
+        if tensor is not self.last or tensor._version != self.last_version:
+            self.last, self.last_version = tensor, tensor._version
             try:
                 self.prompt.append(self.reducer(tensor.detach()))
             except (RuntimeError, TypeError):
