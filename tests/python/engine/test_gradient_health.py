@@ -139,3 +139,17 @@ def test_exploding_is_each_parameter_s_norm_not_their_sum(setup):
     torch.manual_seed(5)
     step(model)
     assert len(hits(events)) == 1
+
+
+@pytest.mark.parametrize("vanishing", [None, 1e-30])
+def test_finite_gradients_whose_norm_overflows_float32_are_exploding(setup, vanishing):
+    """Gradients of ~1e20: every value finite, their squares past float32's range; not a NaN/Inf, an explosion."""
+    model, engine, events = setup
+    engine.set_gradient_health(100.0, vanishing)
+    step(model, scale=1e20)
+    assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+    [hit] = hits(events)
+    norms = {name: float(p.grad.double().norm()) for name, p in model.named_parameters()}
+    worst = max(norms, key=norms.get)
+    assert norms[worst] > 1e19 and worst in hit["reason"] and "Exploding gradient" in hit["reason"]
+    assert f"{norms[worst]:.4g}" in hit["reason"]

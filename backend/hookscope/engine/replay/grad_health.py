@@ -10,12 +10,14 @@ Cost
     It replaces the NaN/Inf check's reads of the gradients (its NaN/Inf total comes
     out of the same sums): the small CPU gradients through one flattened copy, the
     others through one ``_foreach_norm``. Exploding alone needs only the small
-    ones' joint norm (a bound on each one's) and the large ones' largest; their
-    per-parameter sums (``segment_reduce``: one kernel, where a norm per tensor
-    costs ~2 µs each on a CPU) are taken when that bound is crossed or vanishing
-    is on, with per-layer sums (one ``index_add_``). What is compared leaves the
-    device in one transfer. The segment lengths and layer indices are kept until
-    the model's parameters change.
+    ones' joint norm (a bound on each one's) and the large ones' norms: five
+    tensor calls a step. Their per-parameter sums (``segment_reduce``: one kernel,
+    where a norm per tensor costs ~2 µs each on a CPU) are taken when that bound
+    is crossed or vanishing is on, with per-layer sums (one ``index_add_``). What
+    is compared leaves the device in one transfer. The segment lengths and layer
+    indices are kept until the model's parameters change. Finite gradients whose
+    squares overflow float32 (~1e19 and more) are an explosion, not a NaN/Inf:
+    their norms are then taken again in float64.
 
 The stop
     It names the parameter (exploding: the largest norm; vanishing: the smallest of
@@ -43,6 +45,11 @@ REARM_RULE = (
     "thresholds and a later step crosses one."
 )
 """When a gradient-health stop fires again (the ``rearm`` field of its hits)."""
+
+
+BOUND_MARGIN = 1e-5
+"""Relative margin under the exploding threshold for the joint norm of the small gradients (a
+bound on each one's): its rounding must not hide a parameter just above the threshold."""
 
 
 @dataclass
@@ -106,11 +113,10 @@ class HealthCheck:
             flat, flat_names, norm, norm_names = _named_grads(root)
         finite, finding = self.check(flat, flat_names, norm, norm_names, root_grads, health)
         if not finite and all_finite(list(flat) + list(norm) + root_grads):
-            # a square overflowed: finite values, so large that they explode any threshold
-            finite, finding = self.check(
-                flat, flat_names, norm, norm_names, (), GradientHealth(exploding=health.exploding, vanishing=None)
-            )
-            finite = True
+            # every value finite, but a sum of squares overflowed float32 (gradients of ~1e19 and
+            # more): not a NaN/Inf, an explosion; their norms in float64 decide
+            layout = self._layout_for(flat, flat_names, norm, norm_names)
+            return True, self._in_float64(list(flat) + list(norm), layout, health)
         return finite, finding
 
     def check(
@@ -122,28 +128,18 @@ class HealthCheck:
         root_grads: Sequence[torch.Tensor],
         health: GradientHealth,
     ) -> tuple[bool, Finding | None]:
-        """(all finite, the threshold crossed if any): one transfer from the device.
-
-        The small gradients' norms are summed per parameter only when needed: for the vanishing
-        switch, or when their joint norm (a bound on each one's) is above the exploding threshold.
-        """
+        """(all finite, the threshold crossed if any): one transfer from the device."""
         layout = self._layout_for(flat, flat_names, norm, norm_names)
-        device = flat[0].device if flat else norm[0].device
         buffer = torch._C._nn.flatten_dense_tensors(list(flat)).float() if flat else None
+        if health.vanishing is None:
+            return self._exploding_only(buffer, norm, root_grads, layout, health.exploding)
+        device = flat[0].device if flat else norm[0].device
         large = torch.stack(torch._foreach_norm(list(norm), dtype=torch.float32)).square() if norm else None
-        per_param = per_layer = None
-        summary = []
-        if health.vanishing is not None:
-            per_param = self._per_param(buffer, large, layout)
-            per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype, device=device).index_add_(
-                0, layout.layer_of, per_param
-            )
-            summary += [per_param.sum().reshape(1), per_param.max().reshape(1), per_layer.min().reshape(1)]
-        else:  # the small ones' joint squared norm, the large ones' largest
-            small = buffer.square().sum().reshape(1) if buffer is not None else torch.zeros(1, device=device)
-            big_sum = large.sum().reshape(1) if large is not None else torch.zeros(1, device=device)
-            big_max = large.max().reshape(1) if large is not None else torch.zeros(1, device=device)
-            summary += [small + big_sum, torch.maximum(small, big_max), torch.full((1,), math.inf, device=device)]
+        per_param = self._per_param(buffer, large, layout)
+        per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype, device=device).index_add_(
+            0, layout.layer_of, per_param
+        )
+        summary = [per_param.sum().reshape(1), per_param.max().reshape(1), per_layer.min().reshape(1)]
         for grad in root_grads:  # the gradient reaching the model output: NaN/Inf only
             summary.append(grad.detach().sum(dtype=torch.float32).reshape(1).to(device))
         total, largest, smallest, *root = torch.cat(summary).tolist()
@@ -151,13 +147,58 @@ class HealthCheck:
             return False, None
         exploding, vanishing = health.exploding, health.vanishing
         if exploding is not None and largest > exploding**2:
-            if per_param is None:  # the bound is crossed: each parameter's own norm decides
-                per_param = self._per_param(buffer, large, layout)
-            if float(per_param.max()) > exploding**2:
-                return True, self._exploding(per_param, layout, exploding)
-        if vanishing is not None and per_param is not None and per_layer is not None and smallest < vanishing**2:
+            return True, self._exploding(per_param, layout, exploding)
+        if smallest < vanishing**2:
             return True, self._vanishing(per_param, per_layer, layout, vanishing)
         return True, None
+
+    def _exploding_only(
+        self,
+        buffer: torch.Tensor | None,
+        norm: Sequence[torch.Tensor],
+        root_grads: Sequence[torch.Tensor],
+        layout: _Layout,
+        exploding: float | None,
+    ) -> tuple[bool, Finding | None]:
+        """Exploding alone: the small gradients' joint norm (a bound on each one's) and the large
+        ones' norms, in one stack; each parameter's own sum only when that bound is crossed.
+        (Five tensor calls a step where the per-parameter path takes a dozen: this runs every step.)"""
+        parts = []
+        if buffer is not None:
+            parts.append(torch.linalg.vector_norm(buffer))
+        if norm:
+            parts.extend(torch._foreach_norm(list(norm), dtype=torch.float32))
+        device = parts[0].device
+        for grad in root_grads:  # the gradient reaching the model output: NaN/Inf only
+            parts.append(grad.detach().sum(dtype=torch.float32).to(device))
+        values = torch.stack(parts).tolist()
+        norms = values[: len(values) - len(root_grads)]
+        if not math.isfinite(sum(values)):
+            return False, None
+        if exploding is None or max(norms) <= exploding * (1 - BOUND_MARGIN):
+            return True, None
+        first_large = 1 if buffer is not None else 0
+        large = torch.stack(parts[first_large : len(norms)]).square() if norm else None
+        per_param = self._per_param(buffer, large, layout)
+        if float(per_param.max()) > exploding**2:
+            return True, self._exploding(per_param, layout, exploding)
+        return True, None
+
+    def _in_float64(self, grads: list[torch.Tensor], layout: _Layout, health: GradientHealth) -> Finding | None:
+        """The thresholds against each parameter's squared norm taken in float64 (rare: an overflow)."""
+        squares = []
+        for grad in grads:  # layout order: the flattened ones, then the others
+            try:
+                squares.append(float(torch.linalg.vector_norm(grad.detach(), dtype=torch.float64)) ** 2)
+            except (RuntimeError, TypeError):  # a device without float64
+                squares.append(float(torch.linalg.vector_norm(grad.detach().cpu(), dtype=torch.float64)) ** 2)
+        per_param = torch.tensor(squares, dtype=torch.float64)
+        per_layer = torch.zeros(len(layout.layers), dtype=torch.float64).index_add_(0, layout.layer_of.cpu(), per_param)
+        if health.exploding is not None and float(per_param.max()) > health.exploding**2:
+            return self._exploding(per_param, layout, health.exploding)
+        if health.vanishing is not None and float(per_layer.min()) < health.vanishing**2:
+            return self._vanishing(per_param, per_layer, layout, health.vanishing)
+        return None
 
     @staticmethod
     def _per_param(buffer: torch.Tensor | None, large: torch.Tensor | None, layout: _Layout) -> torch.Tensor:
