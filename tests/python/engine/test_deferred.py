@@ -70,6 +70,7 @@ def layer(kind: str, width: int) -> nn.Module:
         "seq": lambda: nn.Sequential(nn.Linear(width, width), nn.Tanh()),
         "scale": lambda: _Scale(),
         "scale_": lambda: nn.Sequential(nn.Linear(width, width), _ScaleInPlace()),
+        "neg": lambda: _Negative(),
     }[kind]()
 
 
@@ -87,7 +88,14 @@ class _Scale(nn.Module):
         return x * 7.0
 
 
-KINDS = ["linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "seq", "scale", "scale_"]
+class _Negative(nn.Module):
+    """Every value below zero: its abs-max is its most negative value, never its largest."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return -(x.abs() * 7.0) - 1.0
+
+
+KINDS = ["linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "seq", "scale", "scale_", "neg"]
 
 conditions = st.sampled_from(
     [
