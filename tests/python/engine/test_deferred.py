@@ -205,6 +205,26 @@ def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, qu
     assert not [n for n in notices if n.get("code") in ("deferredNotReplayed", "conditionError")]
 
 
+@pytest.mark.parametrize("prompt", [True, False])
+def test_an_abs_max_that_is_a_layer_s_most_negative_value_is_found(prompt):
+    """The layer's values are all negative: only its low crosses the threshold, whichever way it is reduced."""
+    kinds, seed = ["neg"], 3
+    threshold = threshold_for("absmax_above", kinds, seed, 1.0) * 0.9  # below the largest abs-max only
+    cond = {"kind": "absmax_above", "threshold": threshold}
+    original, prompt_min = deferred.DEFER_MIN_LAYERS, deferred_values.PROMPT_MIN_NUMEL
+    try:
+        deferred.DEFER_MIN_LAYERS = EXACT
+        exact, _ = run(build(kinds, seed), cond, ["forward"], 2, seed, None)
+        deferred.DEFER_MIN_LAYERS = 1
+        deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = 0 if prompt else prompt_min
+        deferred_hits, _ = run(build(kinds, seed), cond, ["forward"], 2, seed, None)
+    finally:
+        deferred.DEFER_MIN_LAYERS = original
+        deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = prompt_min
+    assert exact and exact[0][0] == "1"  # the negative layer
+    assert deferred_hits == exact
+
+
 def test_a_hit_stops_in_the_replay_with_the_call_values_and_the_step_goes_on_unchanged():
     torch.manual_seed(0)
     model = build(["tanh", "linear", "drop", "res"], 0)
