@@ -8,7 +8,9 @@ rate; a never-true conditional layer breakpoint on every layer; and the peers
 detect_anomaly, Hugging Face's DebugUnderflowOverflow and TorchLens. Each row is one process that trains
 every model, so rows are measured side by side in one run. With ``--devices
 auto`` (the default) the rows run on the CPU and, when the bench's Python sees
-a CUDA device, again on it, in a section of their own.
+a CUDA device, again on it, in a section of their own. ``--also-python`` runs
+the side-by-side row again with another interpreter (``make bench-py312``:
+Python 3.12, where debugpy traces through ``sys.monitoring``).
 """
 
 from __future__ import annotations
@@ -314,6 +316,10 @@ def main() -> int:
     parser.add_argument("--row-timeout", type=float, default=900)
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
     parser.add_argument(
+        "--also-python",
+        help="another interpreter (its own torch, debugpy and hookscope) to run the side-by-side row with, on the CPU",
+    )
+    parser.add_argument(
         "--extras",
         default=",".join(EXTRAS),
         help="comma-separated side benchmarks to run after the rows ('none': only the rows)",
@@ -325,13 +331,16 @@ def main() -> int:
     models = args.models.split(",")
     devices = chosen_devices(args.devices, args.python)
     by_device: dict[str, dict[str, dict | str]] = {}
+    also: tuple[str, dict | str] | None = None
     with tempfile.TemporaryDirectory(prefix="hookscope-bench-") as tmp:
         for device in devices:
             by_device[device] = measure_rows(device, models, args, Path(tmp))
+        if args.also_python:
+            also = (versions(args.also_python), side_by_side_with(args.also_python, models, args, Path(tmp)))
     wanted = [] if args.extras == "none" else args.extras.split(",")
     special = {NAN_FLOOR_DEBUGPY: lambda: nan_floor_under_debugpy(args.python), EDITOR_LATENCY: editor_latency}
     side = {name: special[name]() if name in special else extra(name, args.python) for name in EXTRAS if name in wanted}
-    text = render_markdown(by_device, devices, models, args, side)
+    text = render_markdown(by_device, devices, models, args, side, also)
     Path(args.out).write_text(text, encoding="utf-8")
     print(text)
     return 0
@@ -353,12 +362,33 @@ def measure_rows(device: str, models: list[str], args: argparse.Namespace, tmp: 
     return rows
 
 
+def side_by_side_with(python: str, models: list[str], args: argparse.Namespace, tmp: Path) -> dict | str:
+    """The side-by-side row run by another interpreter (``--also-python``), on the CPU."""
+    python = os.path.abspath(python) if os.sep in python else python
+    print(f"bench (cpu): {LABELS[SIDE_BY_SIDE_MODE]}, {versions(python)} ...", flush=True)
+    (tmp / "also").mkdir(exist_ok=True)
+    try:
+        return run_row(SIDE_BY_SIDE_MODE, python, models, args, tmp / "also")
+    except Exception as exc:  # noqa: BLE001 - a row that cannot run says why in its section
+        return f"failed: {type(exc).__name__}: {exc}"
+
+
+ALSO_PYTHON_NOTE = (
+    "The side-by-side row again, run by the interpreter named here (the tables above: {main}). "
+    "From Python 3.12 on, debugpy follows the program through `sys.monitoring` (PEP 669): code without "
+    "a breakpoint runs at full speed under the debugger, torch's own Python and Hookscope's hooks alike. "
+    "Up to 3.11 it uses `sys.settrace`, and every Python line pays for the tracing: the same hooks cost "
+    "more there. torch here is PyPI's build for this interpreter, run on the CPU: compare ratios, not step times."
+)
+
+
 def render_markdown(
     by_device: dict[str, dict],
     devices: dict[str, str],
     models: list[str],
     args: argparse.Namespace,
     side: dict[str, str],
+    also: tuple[str, dict | str] | None = None,
 ) -> str:
     """The first device's tables, then any other device's in a section of its own, then the side benchmarks."""
     first, *others = by_device
@@ -384,6 +414,11 @@ def render_markdown(
             "so the memory table is the CPU run's only.",
         ]
         lines += device_tables(by_device[device], models, heading="###", memory=False)
+    if also is not None:
+        also_versions, also_row = also
+        lines += ["", f"## {also_versions.split(',')[0]}: side by side", ""]
+        lines.append(ALSO_PYTHON_NOTE.format(main=versions(args.python).split(",")[0]) + f" ({also_versions}.)")
+        lines += side_by_side_markdown(also_row, models, heading="###")
     for name, text in side.items():
         if name == EDITOR_LATENCY:  # a Markdown table of its own
             lines += ["", f"## {name}", "", EDITOR_LATENCY_METHOD, "", text]

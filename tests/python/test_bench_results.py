@@ -72,6 +72,29 @@ def test_each_table_names_one_denominator_and_history_closes_the_page(run_py, mo
     assert text.index("## Development history") > text.index(f"## {run_py.EDITOR_LATENCY}")
 
 
+def test_another_interpreter_s_side_by_side_has_a_section_of_its_own(run_py, monkeypatch) -> None:
+    """``--also-python``: its side-by-side table, named by its versions, after the first device's tables."""
+    monkeypatch.setattr(run_py, "versions", lambda python: "Python 3.11.7, torch 2.13.0")
+    models = ["cnn"]
+    rows = {"debugpy": fake_row("debugpy", models, 0.008)}
+    also_row = {
+        "results": {
+            "cnn": {
+                c: {"median_s": 0.01, "steps": 20, "rounds": 4, "ratio": 1.07, "ratio_q1": 1.05, "ratio_q3": 1.09}
+                for c in run_py.SIDE_BY_SIDE
+            }
+        }
+    }
+    args = argparse.Namespace(steps=20, warmup=5, python=sys.executable)
+    also = ("Python 3.12.1, torch 2.13.0+cu130, debugpy 1.8.22", also_row)
+    text = run_py.render_markdown({"cpu": rows}, {"cpu": "x86"}, models, args, {}, also)
+    section = text[text.index("## Python 3.12.1: side by side") : text.index("## Development history")]
+    assert "sys.monitoring" in section and "(the tables above: Python 3.11.7)" in section
+    assert "| 10.00 ms · **1.07×** (1.05–1.09) |" in section
+    failed = run_py.render_markdown({"cpu": rows}, {"cpu": "x86"}, models, args, {}, (also[0], "failed: boom"))
+    assert "failed: boom" in failed  # a row that could not run says why in its section
+
+
 def test_a_plain_worker_that_dies_puts_its_traceback_in_its_row(run_py, tmp_path) -> None:
     args = argparse.Namespace(steps=1, warmup=0)
     with pytest.raises(RuntimeError, match=r"(?s)wrote no results; its stderr ended with:.*no-such-model"):
