@@ -51,6 +51,8 @@ PEER_MODES = {
     "torchlens": "TorchLens capturing all activations (trace) + step",
 }
 SIDE_BY_SIDE_MODE = "hookscope-side-by-side"
+SIDE_BY_SIDE_TIMEOUT_FACTOR = 3
+"""The side-by-side row may run this many times ``--row-timeout``: it holds every configuration."""
 NAN_FLOOR_DEBUGPY = "nan_floor.py under debugpy"
 EDITOR_LATENCY = "Editor latency in a real VS Code"
 """bench/editor/latency.bench.ts, run through the e2e harness (code-server + Chromium + the .vsix)."""
@@ -158,7 +160,10 @@ def run_row(
             ready.write_text("go")
 
     try:
-        under_debugpy(python, worker, env, args.row_timeout, on_launched)
+        # the side-by-side row steps every model MIN_MODEL_S per configuration, and switches often:
+        # about 10 minutes here, past 15 on a busy host
+        timeout = args.row_timeout * SIDE_BY_SIDE_TIMEOUT_FACTOR if mode == SIDE_BY_SIDE_MODE else args.row_timeout
+        under_debugpy(python, worker, env, timeout, on_launched)
     finally:
         if link is not None:
             link.close()
