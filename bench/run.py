@@ -330,9 +330,7 @@ def main() -> int:
         help="comma-separated side benchmarks to run after the rows ('none': only the rows)",
     )
     args = parser.parse_args()
-    # Workers run in a temporary folder: a relative interpreter path (the Makefile's) must not depend on it.
-    # abspath, not resolve(): a venv's python is a symlink whose target is not the venv.
-    args.python = os.path.abspath(args.python) if os.sep in args.python else args.python
+    args.python = absolute(args.python)
     models = args.models.split(",")
     devices = chosen_devices(args.devices, args.python)
     by_device: dict[str, dict[str, dict | str]] = {}
@@ -341,7 +339,10 @@ def main() -> int:
         for device in devices:
             by_device[device] = measure_rows(device, models, args, Path(tmp))
         if args.also_python:
-            also = (versions(args.also_python), side_by_side_with(args.also_python, models, args, Path(tmp)))
+            also_python = absolute(args.also_python)
+            also_versions = versions(also_python)
+            print(f"bench (cpu): {LABELS[SIDE_BY_SIDE_MODE]}, {also_versions} ...", flush=True)
+            also = (also_versions, side_by_side_with(also_python, models, args, Path(tmp)))
     wanted = [] if args.extras == "none" else args.extras.split(",")
     special = {NAN_FLOOR_DEBUGPY: lambda: nan_floor_under_debugpy(args.python), EDITOR_LATENCY: editor_latency}
     side = {name: special[name]() if name in special else extra(name, args.python) for name in EXTRAS if name in wanted}
@@ -367,10 +368,14 @@ def measure_rows(device: str, models: list[str], args: argparse.Namespace, tmp: 
     return rows
 
 
+def absolute(python: str) -> str:
+    """An interpreter path that does not depend on the workers' temporary folder (a bare name stays:
+    PATH finds it). abspath, not resolve(): a venv's python is a symlink whose target is not the venv."""
+    return os.path.abspath(python) if os.sep in python else python
+
+
 def side_by_side_with(python: str, models: list[str], args: argparse.Namespace, tmp: Path) -> dict | str:
     """The side-by-side row run by another interpreter (``--also-python``), on the CPU."""
-    python = os.path.abspath(python) if os.sep in python else python
-    print(f"bench (cpu): {LABELS[SIDE_BY_SIDE_MODE]}, {versions(python)} ...", flush=True)
     (tmp / "also").mkdir(exist_ok=True)
     try:
         return run_row(SIDE_BY_SIDE_MODE, python, models, args, tmp / "also")
@@ -397,12 +402,13 @@ def render_markdown(
 ) -> str:
     """The first device's tables, then any other device's in a section of its own, then the side benchmarks."""
     first, *others = by_device
+    main_versions = versions(args.python)
     measured = ", ".join(f"`{device}` ({name})" if name else f"`{device}`" for device, name in devices.items())
     lines = [
         "# Hookscope benchmark results",
         "",
         f"Date {datetime.date.today().isoformat()}; machine: {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"{platform.platform()}; measured on {measured}; {versions(args.python)}.",
+        f"{platform.platform()}; measured on {measured}; {main_versions}.",
         f"Median of {args.steps} steps after {args.warmup} warm-up steps (forward + backward + optimizer "
         "step), one intra-op thread. Each table divides by one denominator, named in its header; the "
         "development history of these figures is at the end.",
@@ -422,7 +428,7 @@ def render_markdown(
     if also is not None:
         also_versions, also_row = also
         lines += ["", f"## {also_versions.split(',')[0]}: side by side", ""]
-        lines.append(ALSO_PYTHON_NOTE.format(main=versions(args.python).split(",")[0]) + f" ({also_versions}.)")
+        lines.append(ALSO_PYTHON_NOTE.format(main=main_versions.split(",")[0]) + f" ({also_versions}.)")
         lines += side_by_side_markdown(also_row, models, heading="###")
     for name, text in side.items():
         if name == EDITOR_LATENCY:  # a Markdown table of its own

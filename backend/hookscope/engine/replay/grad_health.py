@@ -12,10 +12,10 @@ Cost
     others through one ``_foreach_norm``. Exploding alone needs only the small
     ones' joint norm (a bound on each one's) and the large ones' norms: seven
     tensor calls a step on the bench's transformer, where there were sixteen.
-    Their per-parameter sums (``segment_reduce``: one kernel,
-    where a norm per tensor costs ~2 µs each on a CPU) are taken when that bound
-    is crossed or vanishing is on, with per-layer sums (one ``index_add_``). What
-    is compared leaves the device in one transfer. The segment lengths and layer
+    Their per-parameter sums (``segment_reduce``: one kernel, where a norm per
+    tensor costs ~2 µs each on a CPU) are taken when that bound is crossed or
+    vanishing is on, with per-layer sums (one ``index_add_``). What is compared
+    leaves the device in one transfer. The segment lengths and layer
     indices are kept until the model's parameters change. Finite gradients whose
     squares overflow float32 (~1e19 and more) are an explosion, not a NaN/Inf:
     their norms are then taken again in float64.
@@ -146,12 +146,7 @@ class HealthCheck:
         total, largest, smallest, *root = torch.cat(summary).tolist()
         if not math.isfinite(total + sum(root)):
             return False, None
-        exploding, vanishing = health.exploding, health.vanishing
-        if exploding is not None and largest > exploding**2:
-            return True, self._exploding(per_param, layout, exploding)
-        if smallest < vanishing**2:
-            return True, self._vanishing(per_param, per_layer, layout, vanishing)
-        return True, None
+        return True, self._crossed(per_param, per_layer, layout, health, largest, smallest)
 
     def _exploding_only(
         self,
@@ -195,9 +190,22 @@ class HealthCheck:
                 squares.append(float(torch.linalg.vector_norm(grad.detach().cpu(), dtype=torch.float64)) ** 2)
         per_param = torch.tensor(squares, dtype=torch.float64)
         per_layer = torch.zeros(len(layout.layers), dtype=torch.float64).index_add_(0, layout.layer_of.cpu(), per_param)
-        if health.exploding is not None and float(per_param.max()) > health.exploding**2:
+        return self._crossed(per_param, per_layer, layout, health, float(per_param.max()), float(per_layer.min()))
+
+    def _crossed(
+        self,
+        per_param: torch.Tensor,
+        per_layer: torch.Tensor,
+        layout: _Layout,
+        health: GradientHealth,
+        largest: float,
+        smallest: float,
+    ) -> Finding | None:
+        """The threshold crossed, exploding first: ``largest`` / ``smallest`` are the squared norms
+        of the largest parameter and of the weakest layer."""
+        if health.exploding is not None and largest > health.exploding**2:
             return self._exploding(per_param, layout, health.exploding)
-        if health.vanishing is not None and float(per_layer.min()) < health.vanishing**2:
+        if health.vanishing is not None and smallest < health.vanishing**2:
             return self._vanishing(per_param, per_layer, layout, health.vanishing)
         return None
 
