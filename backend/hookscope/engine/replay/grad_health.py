@@ -122,7 +122,7 @@ class HealthCheck:
 
     def check(
         self,
-        flat: Sequence[torch.Tensor],
+        flat: list[torch.Tensor],
         flat_names: list[str],
         norm: Sequence[torch.Tensor],
         norm_names: list[str],
@@ -131,7 +131,9 @@ class HealthCheck:
     ) -> tuple[bool, Finding | None]:
         """(all finite, the threshold crossed if any): one transfer from the device."""
         layout = self._layout_for(flat, flat_names, norm, norm_names)
-        buffer = torch._C._nn.flatten_dense_tensors(list(flat)).float() if flat else None
+        buffer = torch._C._nn.flatten_dense_tensors(flat) if flat else None
+        if buffer is not None and buffer.dtype is not torch.float32:
+            buffer = buffer.float()
         if health.vanishing is None:
             return self._exploding_only(buffer, norm, root_grads, layout, health.exploding)
         device = flat[0].device if flat else norm[0].device
@@ -167,7 +169,7 @@ class HealthCheck:
         device = parts[0].device
         for grad in root_grads:  # the gradient reaching the model output: NaN/Inf only
             parts.append(grad.detach().sum(dtype=torch.float32).to(device))
-        values = torch.stack(parts).tolist()
+        values = torch.stack(parts).tolist() if len(parts) > 1 else [parts[0].item()]  # a tensor call less
         norms = values[: len(values) - len(root_grads)]
         if not math.isfinite(sum(values)):
             return False, None

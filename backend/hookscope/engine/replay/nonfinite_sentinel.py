@@ -269,7 +269,11 @@ class RootSentinel:
                     root_grads.append(grad)
             finding = None
             if self.checks.health.on:
-                finite, finding = self._health.check_model(self.tensors, self._root, root_grads, self.checks.health)
+                # The gradient reaching the output matters to NaN/Inf alone: with only the health
+                # switches on, its sum is not taken (two tensor calls a step).
+                finite, finding = self._health.check_model(
+                    self.tensors, self._root, root_grads if self.checks.nonfinite else [], self.checks.health
+                )
             else:
                 flat, norm = self.tensors.grad_groups(root_grads)
                 finite = grads_finite(flat, norm, self.tensors.half_grads)
