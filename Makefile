@@ -114,9 +114,11 @@ bench: $(BENCH_VENV)/.stamp package
 
 # Optional: the side-by-side row again under Python 3.12 (debugpy's sys.monitoring), added to make bench
 # when this venv exists. PyPI has only CUDA builds of torch for 3.12: about 5.5 GB, run on the CPU.
+# PYTHON312 names the interpreter where python3.12 is not on PATH (pyenv: PYTHON312=$(pyenv root)/versions/3.12.1/bin/python).
 BENCH_VENV_312 := .venv-bench312
+PYTHON312      ?= python3.12
 bench-py312:
-	test -x $(BENCH_VENV_312)/bin/python || python3.12 -m venv $(BENCH_VENV_312)
+	test -x $(BENCH_VENV_312)/bin/python || $(PYTHON312) -m venv $(BENCH_VENV_312)
 	$(BENCH_VENV_312)/bin/python -m pip install -q torch==2.13.0
 	$(BENCH_VENV_312)/bin/python -m pip install -q -e .
 
