@@ -511,7 +511,7 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
         "",
         "The rows above run one after another, so a machine's drift over minutes shows in their ratios. "
         "Here one process switches configuration every 5 timed steps (untimed steps for at least 2 steps and 20 ms after each switch, "
-        "the order shuffled each round, the first round a warm-up, rounds repeated until a model has stepped 12 s, so that short steps get more samples). "
+        "the order shuffled each round, the first round a warm-up, rounds repeated until a model has stepped 12 s, so that short steps get more samples, or its rounds took 150 s). "
         "Each round gives a configuration's ratio: its 5 steps' median ÷ the median of 'nothing watched' in the same round. "
         "A cell shows the median step time, the median of those ratios in bold, and their middle half (quartiles) in brackets.",
         "",

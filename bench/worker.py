@@ -140,6 +140,9 @@ caches); in a real run the watch exists already and samples a few times a second
 MIN_MODEL_S = 12.0
 """Side-by-side rounds continue (at most MAX_ROUNDS) until a model has stepped this long."""
 MAX_ROUNDS = 200
+MAX_MODEL_WALL_S = 150.0
+"""Rounds past the minimum stop once a model's rounds took this long, switches included: on a slow host
+switching (setBreakpoints on every layer) can take longer than the steps, and the row must end."""
 ORDER_SEED = 7
 """The configurations' order is shuffled each round from this seed (the same orders every run)."""
 
@@ -170,11 +173,13 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
         of the same round, so a drift of the machine between rounds cancels out."""
         shuffler = random.Random(ORDER_SEED)
         min_rounds = 1 + -(-steps // BLOCK_STEPS)  # the first round warms up
-        stepping_s, round_ = 0.0, 0
+        stepping_s, round_, started = 0.0, 0, time.monotonic()
         # Short steps are noisy on a shared machine: a small model gets more rounds, until it has
         # stepped MIN_MODEL_S (switching is not counted: setBreakpoints on every layer of every
         # model this worker holds takes longer than a small model's whole round).
-        while round_ < min_rounds or (stepping_s < MIN_MODEL_S and round_ < MAX_ROUNDS):
+        while round_ < min_rounds or (
+            stepping_s < MIN_MODEL_S and round_ < MAX_ROUNDS and time.monotonic() - started < MAX_MODEL_WALL_S
+        ):
             # a new order each round, so no configuration always follows the same one (rotating a
             # fixed order would not do: each would always follow the same neighbour)
             order = list(SIDE_BY_SIDE)
