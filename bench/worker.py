@@ -176,7 +176,8 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
         stepping_s, round_, started = 0.0, 0, time.monotonic()
         # Short steps are noisy on a shared machine: a small model gets more rounds, until it has
         # stepped MIN_MODEL_S (switching is not counted: setBreakpoints on every layer of every
-        # model this worker holds takes longer than a small model's whole round).
+        # model this worker holds takes longer than a small model's whole round), or its rounds,
+        # switches included, took MAX_MODEL_WALL_S.
         while round_ < min_rounds or (
             stepping_s < MIN_MODEL_S and round_ < MAX_ROUNDS and time.monotonic() - started < MAX_MODEL_WALL_S
         ):

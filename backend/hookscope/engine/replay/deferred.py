@@ -28,7 +28,7 @@ Steady state (per watched layer, then once per step per model)
       out of cache, it costs several times more.
     * At the end of the root's forward (its forward hook) the forward values,
       and at the end of the backward (a callback queued by the first gradient
-      hook) the backward values, are reduced to one number per breakpoint:
+      hook) the backward values, are read in one transfer per breakpoint:
       one host sync. The root's forward-pre keeps what a replay needs
       (``step_snapshot``): inputs by reference, RNG state, a copy of the buffers.
     * The per-call test is a superset of the exact one: the same value, compared

@@ -2,7 +2,7 @@
 
 Nothing syncs per call: the layer hooks (``deferred_layers.py``) keep a reference to each tensor,
 every ``FLUSH_COUNT`` tensors (or ``FLUSH_BYTES``) one fused reduction runs on the device, and at
-the end of the phase ``verdict`` reads one number (one host sync). A large CPU tensor is reduced
+the end of the phase ``verdict`` reads the phase's values in one transfer (one host sync). A large CPU tensor is reduced
 as it is recorded, while it is in cache (``PROMPT_MIN_NUMEL``).
 The per-call test is a superset of the exact one: the same value, compared in float64
 (gradient norms with a relative margin of ``NORM_MARGIN`` for the fused kernel's rounding), NaN
