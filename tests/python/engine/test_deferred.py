@@ -7,6 +7,7 @@ path would, never miss a hit, and leave no hook, whatever the model and threshol
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 
 import pytest
@@ -181,9 +182,11 @@ def _floats(value) -> list[torch.Tensor]:
     seed=st.integers(0, 10_000),
     nan=st.sampled_from([None, 1]),
     prompt=st.booleans(),
+    slots=st.sampled_from([2, deferred_values.SLOTS]),
 )
-def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, quantile, seed, nan, prompt):
-    """``prompt``: every tensor is reduced as it is recorded (as a large CPU tensor is), none at a flush."""
+def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, quantile, seed, nan, prompt, slots):
+    """``prompt``: every tensor is reduced as it is recorded (as a large CPU tensor is), none at a flush.
+    ``slots``: 2, the first step's values overflow the buffer and go through 0-d tensors."""
     kind, phases = condition
     cond = (
         {"kind": kind}
@@ -191,16 +194,22 @@ def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, qu
         else {"kind": kind, "threshold": threshold_for(kind, kinds, seed, quantile)}
     )
     plant = nan if kind == "nonfinite" else None
-    original, prompt_min = deferred.DEFER_MIN_LAYERS, deferred_values.PROMPT_MIN_NUMEL
+    original, prompt_min, slots_default = (
+        deferred.DEFER_MIN_LAYERS,
+        deferred_values.PROMPT_MIN_NUMEL,
+        deferred_values.SLOTS,
+    )
     try:
         deferred.DEFER_MIN_LAYERS = EXACT
         exact, _ = run(build(kinds, seed), cond, phases, 3, seed, plant)
         deferred.DEFER_MIN_LAYERS = 1
         deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = 0 if prompt else prompt_min
+        deferred_values.SLOTS = slots
         deferred_hits, notices = run(build(kinds, seed), cond, phases, 3, seed, plant)
     finally:
         deferred.DEFER_MIN_LAYERS = original
         deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = prompt_min
+        deferred_values.SLOTS = slots_default
     assert deferred_hits == exact
     assert not [n for n in notices if n.get("code") in ("deferredNotReplayed", "conditionError")]
 
@@ -384,3 +393,29 @@ def test_root_hooks_called_as_removed_hooks_stay_quiet():
     for hook in post:
         assert hook(model, (x,), model(x)) is None
     assert hooks_left(model) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "threshold", "planted"),
+    [("absmax_above", 50.0, -60.0), ("absmax_above", 50.0, 40.0), ("nonfinite", None, float("inf"))],
+)
+def test_values_past_the_slots_or_of_another_dtype_are_read_with_the_slotted_ones(kind, threshold, planted):
+    """A phase that outgrows its slots, or records float64 tensors (abs-max writes float32 slots only),
+    keeps those values as 0-d tensors; the verdict reads both, and the next step has room for all."""
+    from hookscope.hooks.conditions import Condition
+
+    raw = {"kind": kind} if threshold is None else {"kind": kind, "threshold": threshold}
+    values = deferred_values.StepValues(Condition.parse(raw), "forward", recorder=None)  # type: ignore[arg-type]
+    capacity = values.capacity
+    tensors = [torch.randn(8) for _ in range(capacity)] + [torch.randn(8, dtype=torch.float64)]
+    tensors[-2][5] = planted  # past the slots for abs-max (two a value), in the last one for NaN/Inf
+    for tensor in tensors:
+        values.reduce(tensor.requires_grad_())
+    assert values.used == capacity and len(values.prompt) == len(tensors) - capacity // values.width
+    hits = abs(planted) > (threshold or math.inf) or not math.isfinite(planted)
+    assert values.verdict() is hits
+    assert values.capacity > len(tensors) * values.width  # room next step
+    for tensor in tensors[:-1]:
+        values.reduce(tensor)
+    assert values.used == (len(tensors) - 1) * values.width and values.prompt == []
+    assert values.verdict() is hits

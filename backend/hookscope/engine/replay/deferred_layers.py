@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from hookscope.hooks.grad_tap import GradTap
 
 _STRIDED = torch.strided
+_F32 = torch.float32
 
 
 def _take(values: StepValues, value: Any, owner: LayerHooks) -> None:
@@ -252,7 +253,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
     """
     inner, track, module = hooks.inner, hooks.track, hooks.module
     recorder, forward_values = track.recorder, track.forward
-    reduce_now = forward_values.reducer
+    aminmax, set_grad_enabled = torch.aminmax, torch._C._set_grad_enabled
     grad = track.backward_values.grad  # one bound method: the same key in every hook dict it enters
     post_values, hook_inputs, hook_outputs = hooks.post_values, hooks.hook_inputs, hooks.hook_outputs
     around, tracing, grad_enabled, tensor = (
@@ -289,13 +290,23 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
             if post_values:
                 numel = output.numel()
                 if numel > PROMPT_MIN_NUMEL and output.is_cpu:  # in cache now, cold at the flush
-                    version = output._version  # ``StepValues.now``, written out
+                    version = output._version  # ``StepValues.now`` and ``reduce``, written out for abs-max
                     if output is not forward_values.last or version != forward_values.last_version:
                         forward_values.last, forward_values.last_version = output, version
-                        try:
-                            forward_values.prompt.append(reduce_now(output.detach()))
-                        except (RuntimeError, TypeError):
-                            forward_values.odd(output)
+                        used = forward_values.used
+                        if forward_values.width == 2 and used + 2 <= forward_values.capacity and output.dtype is _F32:
+                            views = forward_values.views
+                            enabled = grad_enabled()
+                            set_grad_enabled(False)  # ``out=`` refuses an input that requires grad
+                            try:
+                                aminmax(output, out=(views[used], views[used + 1]))
+                                forward_values.used = used + 2
+                            except (RuntimeError, TypeError):
+                                forward_values.odd(output)
+                            finally:
+                                set_grad_enabled(enabled)
+                        else:
+                            forward_values.reduce(output)
                 elif numel:
                     forward_values.refs.append(output)
                     forward_values.versions.append(output._version)
