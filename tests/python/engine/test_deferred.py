@@ -9,6 +9,9 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -18,7 +21,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from hookscope.engine.core import Engine
-from hookscope.engine.replay import deferred, deferred_layers, deferred_values
+from hookscope.engine.replay import deferred, deferred_values
 
 EXACT = 10**9
 """DEFER_MIN_LAYERS that keeps every breakpoint on the exact path."""
@@ -174,6 +177,33 @@ def _floats(value) -> list[torch.Tensor]:
     return [t for t in tensors if t.is_floating_point() and t.numel()]
 
 
+@contextmanager
+def deferred_with(prompt: str, slots: int = deferred_values.SLOTS) -> Iterator[None]:
+    """Breakpoints on the deferred path, their tensors reduced as ``prompt`` says: "all" as they are
+    recorded (as a large CPU tensor is), "flush" the small ones at a flush, "learned" as the values
+    learn from the last step (``FEW_REDUCTIONS``); ``slots``: 2, the first step overflows the buffer."""
+    saved = (deferred.DEFER_MIN_LAYERS, deferred_values.PROMPT_MIN_NUMEL, deferred_values.FEW_REDUCTIONS)
+    saved_slots = deferred_values.SLOTS
+    try:
+        deferred.DEFER_MIN_LAYERS = 1
+        if prompt == "all":
+            deferred_values.PROMPT_MIN_NUMEL = 0
+        elif prompt == "flush":
+            deferred_values.FEW_REDUCTIONS = -1
+        deferred_values.SLOTS = slots
+        yield
+    finally:
+        deferred.DEFER_MIN_LAYERS, deferred_values.PROMPT_MIN_NUMEL, deferred_values.FEW_REDUCTIONS = saved
+        deferred_values.SLOTS = saved_slots
+
+
+def exact_path() -> AbstractContextManager[None]:
+    return patch.object(deferred, "DEFER_MIN_LAYERS", EXACT)
+
+
+PROMPTS = ["all", "flush", "learned"]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=5),
@@ -181,12 +211,10 @@ def _floats(value) -> list[torch.Tensor]:
     quantile=st.floats(0.0, 1.0),
     seed=st.integers(0, 10_000),
     nan=st.sampled_from([None, 1]),
-    prompt=st.booleans(),
+    prompt=st.sampled_from(PROMPTS),
     slots=st.sampled_from([2, deferred_values.SLOTS]),
 )
 def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, quantile, seed, nan, prompt, slots):
-    """``prompt``: every tensor is reduced as it is recorded (as a large CPU tensor is), none at a flush.
-    ``slots``: 2, the first step's values overflow the buffer and go through 0-d tensors."""
     kind, phases = condition
     cond = (
         {"kind": kind}
@@ -194,42 +222,24 @@ def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, qu
         else {"kind": kind, "threshold": threshold_for(kind, kinds, seed, quantile)}
     )
     plant = nan if kind == "nonfinite" else None
-    original, prompt_min, slots_default = (
-        deferred.DEFER_MIN_LAYERS,
-        deferred_values.PROMPT_MIN_NUMEL,
-        deferred_values.SLOTS,
-    )
-    try:
-        deferred.DEFER_MIN_LAYERS = EXACT
+    with exact_path():
         exact, _ = run(build(kinds, seed), cond, phases, 3, seed, plant)
-        deferred.DEFER_MIN_LAYERS = 1
-        deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = 0 if prompt else prompt_min
-        deferred_values.SLOTS = slots
+    with deferred_with(prompt, slots):
         deferred_hits, notices = run(build(kinds, seed), cond, phases, 3, seed, plant)
-    finally:
-        deferred.DEFER_MIN_LAYERS = original
-        deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = prompt_min
-        deferred_values.SLOTS = slots_default
     assert deferred_hits == exact
     assert not [n for n in notices if n.get("code") in ("deferredNotReplayed", "conditionError")]
 
 
-@pytest.mark.parametrize("prompt", [True, False])
+@pytest.mark.parametrize("prompt", PROMPTS)
 def test_an_abs_max_that_is_a_layer_s_most_negative_value_is_found(prompt):
     """The layer's values are all negative: only its low crosses the threshold, whichever way it is reduced."""
     kinds, seed = ["neg"], 3
     threshold = threshold_for("absmax_above", kinds, seed, 1.0) * 0.9  # below the largest abs-max only
     cond = {"kind": "absmax_above", "threshold": threshold}
-    original, prompt_min = deferred.DEFER_MIN_LAYERS, deferred_values.PROMPT_MIN_NUMEL
-    try:
-        deferred.DEFER_MIN_LAYERS = EXACT
+    with exact_path():
         exact, _ = run(build(kinds, seed), cond, ["forward"], 2, seed, None)
-        deferred.DEFER_MIN_LAYERS = 1
-        deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = 0 if prompt else prompt_min
+    with deferred_with(prompt):
         deferred_hits, _ = run(build(kinds, seed), cond, ["forward"], 2, seed, None)
-    finally:
-        deferred.DEFER_MIN_LAYERS = original
-        deferred_values.PROMPT_MIN_NUMEL = deferred_layers.PROMPT_MIN_NUMEL = prompt_min
     assert exact and exact[0][0] == "1"  # the negative layer
     assert deferred_hits == exact
 

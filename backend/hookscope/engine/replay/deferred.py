@@ -25,7 +25,9 @@ Steady state (per watched layer, then once per step per model)
       NaN and Inf and cannot overflow; the 2-norm for gradient norms) reduces
       them on their device, so memory stays bounded. A large CPU tensor is
       reduced as it is recorded instead (``PROMPT_MIN_NUMEL``): read later,
-      out of cache, it costs several times more.
+      out of cache, it costs several times more; so is every CPU tensor of a
+      phase that has few (``FEW_REDUCTIONS``). Those values are written with
+      ``out=`` into the phase's preallocated float32 slots.
     * At the end of the root's forward (its forward hook) the forward values,
       and at the end of the backward (a callback queued by the first gradient
       hook) the backward values, are read in one transfer per breakpoint:

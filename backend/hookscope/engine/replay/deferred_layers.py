@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
-from hookscope.engine.replay.deferred_values import FLUSH_BYTES, FLUSH_COUNT, PROMPT_MIN_NUMEL, StepValues, Track
+from hookscope.engine.replay.deferred_values import FLUSH_BYTES, FLUSH_COUNT, StepValues, Track
 from hookscope.hooks.conditions import REPLAY, HookEvent
 from hookscope.hooks.copy_safety import is_hookscope_hook
 from hookscope.hooks.leaf_hooks import hook_gradient
@@ -36,7 +36,7 @@ def _take(values: StepValues, value: Any, owner: LayerHooks) -> None:
     for tensor in tensors_in(value):
         numel = tensor.numel()
         if tensor.is_floating_point() and tensor.layout is _STRIDED and numel:
-            if owner.at_once or (numel > PROMPT_MIN_NUMEL and tensor.is_cpu):
+            if owner.at_once or (numel > values.prompt_min and tensor.is_cpu):
                 values.now(tensor)
             else:
                 values.refs.append(tensor)
@@ -128,7 +128,7 @@ class LayerHooks:
                         type(arg) is torch.Tensor
                         and arg.is_floating_point()
                         and arg.layout is _STRIDED
-                        and 0 < arg.numel() <= PROMPT_MIN_NUMEL
+                        and 0 < arg.numel() <= values.prompt_min
                         and not self.at_once
                     ):
                         values.refs.append(arg)
@@ -172,7 +172,7 @@ class LayerHooks:
                     type(output) is torch.Tensor
                     and output.is_floating_point()
                     and output.layout is _STRIDED
-                    and 0 < output.numel() <= PROMPT_MIN_NUMEL
+                    and 0 < output.numel() <= values.prompt_min
                     and not self.at_once
                 ):
                     values.refs.append(output)
@@ -289,7 +289,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
         try:
             if post_values:
                 numel = output.numel()
-                if numel > PROMPT_MIN_NUMEL and output.is_cpu:  # in cache now, cold at the flush
+                if numel > forward_values.prompt_min and output.is_cpu:  # in cache now, cold at the flush
                     version = output._version  # ``StepValues.now`` and ``reduce``, written out for abs-max
                     if output is not forward_values.last or version != forward_values.last_version:
                         forward_values.last, forward_values.last_version = output, version

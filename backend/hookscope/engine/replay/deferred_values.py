@@ -2,8 +2,9 @@
 
 Nothing syncs per call: the layer hooks (``deferred_layers.py``) keep a reference to each tensor,
 every ``FLUSH_COUNT`` tensors (or ``FLUSH_BYTES``) one fused reduction runs on the device, and at
-the end of the phase ``verdict`` reads the phase's values in one transfer (one host sync). A large CPU tensor is reduced
-as it is recorded, while it is in cache (``PROMPT_MIN_NUMEL``).
+the end of the phase ``verdict`` reads the phase's values in one transfer (one host sync). A large
+CPU tensor is reduced as it is recorded, while it is in cache (``PROMPT_MIN_NUMEL``), and so is every
+CPU tensor of a phase that has few (``FEW_REDUCTIONS``), its value written into a preallocated slot.
 The per-call test is a superset of the exact one: the same value, compared in float64
 (gradient norms with a relative margin of ``NORM_MARGIN`` for the fused kernel's rounding), NaN
 counted as a possible hit, a call of k outputs tested per output against the threshold divided
@@ -37,6 +38,11 @@ the flush. Measured here (one thread, the bench's CNN): reducing the step's inpu
 end of the backward cost 18% of the step, reducing each as its hook ran 1%. Smaller tensors still
 wait for the flush's one flattened copy (a kernel per small tensor costs more than reading it cold).
 On a GPU everything waits for the flush: its kernels run asynchronously and fuse over the list."""
+FEW_REDUCTIONS = 32
+"""A phase that reduced at most this many tensors in its last step reduces its small CPU tensors at
+once too (``StepValues.prompt_min``): a flush of a few small tensors, cold by then, cost ~25 µs on the
+bench's transformer, where reducing each as it is recorded costs ~2 µs. Many small tensors (a stack of
+tiny layers) still go through the flush's one flattened copy."""
 SLOTS = 64
 """Values a phase writes into its preallocated buffer (``StepValues.slots``) in the first step; a step
 that needs more makes it larger for the next (the overflow goes through a list meanwhile)."""
@@ -78,6 +84,8 @@ class StepValues:
         "capacity",
         "used",
         "missed",
+        "prompt_min",
+        "flushed",
         "condition",
         "kind",
         "phase",
@@ -111,6 +119,9 @@ class StepValues:
         self.missed = 0
         """Slots this phase would have used past ``capacity``: the next step has room for them."""
         self._allocate(SLOTS)
+        self.prompt_min = PROMPT_MIN_NUMEL
+        """CPU tensors larger than this are reduced as they are recorded: ``PROMPT_MIN_NUMEL``, or 0 (all)
+        after a step with few tensors (``FEW_REDUCTIONS``)."""
         self.doubtful = False
         """The last verdict was a possible hit only because a tensor changed in place (no notice if the
         replay finds nothing)."""
@@ -124,6 +135,8 @@ class StepValues:
         self.bytes = 0
         self.used = 0
         """Slots written this phase."""
+        self.flushed = 0
+        """Tensors the flushes of this phase reduced."""
         self.vectors: list[torch.Tensor] = []
         """Values of a whole flush: norms (larger or, for 'below', smaller is worse), GPU inf-norms."""
         self.flag = False
@@ -155,7 +168,7 @@ class StepValues:
             self.flag = True
 
     def now(self, tensor: torch.Tensor) -> None:
-        """The value of one tensor, computed now: a large CPU tensor (``PROMPT_MIN_NUMEL``), or one that
+        """The value of one tensor, computed now: a large CPU tensor (``prompt_min``), or one that
         may change in place before the flush (``LayerHooks.at_once``). No sync: read at the verdict.
         (The two hot paths, the wrapped forward and ``grad``, write these lines out: a call less each.)"""
         if tensor is not self.last or tensor._version != self.last_version:
@@ -193,7 +206,7 @@ class StepValues:
         if REPLAY.depth and not recorder.replaying:
             return
         numel = grad.numel()
-        if numel > PROMPT_MIN_NUMEL and grad.is_cpu and grad.is_floating_point() and grad.layout is _STRIDED:
+        if numel > self.prompt_min and grad.is_cpu and grad.is_floating_point() and grad.layout is _STRIDED:
             # ``now``, written out. A tensor is hooked once per breakpoint, but autograd hands one gradient
             # to several tensors (both sides of a residual add: 4 of 16 on the bench's transformer); only
             # the last is kept, not every one until the verdict (that would hold freed gradients' memory)
@@ -266,6 +279,7 @@ class StepValues:
                 current.append(tensor)
         if not current:
             return
+        self.flushed += len(current)
         enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
@@ -304,6 +318,8 @@ class StepValues:
         prompt, self.prompt, self.last = self.prompt, [], None
         used, self.used = self.used, 0
         slotted: list[float] = self.slots.tolist()[:used] if used else []
+        reductions, self.flushed = used // self.width + len(prompt) + self.flushed, 0
+        self.prompt_min = 0 if reductions <= FEW_REDUCTIONS else PROMPT_MIN_NUMEL
         if self.missed:  # room for this step's values in the next
             self._allocate(self.capacity + self.missed + SLOTS)
             self.missed = 0
