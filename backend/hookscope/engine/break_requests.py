@@ -140,8 +140,7 @@ class BreakRequests(StepHooks, CompileStance):
                 raise ValueError(f"'{name}' must be a positive number or absent")
         with self._lock:
             health = self._nonfinite.checks.health
-            health.exploding = None if exploding is None else float(exploding)
-            health.vanishing = None if vanishing is None else float(vanishing)
+            health.set(None if exploding is None else float(exploding), None if vanishing is None else float(vanishing))
             self._sync_sentinels()
 
     def set_break_on_nonfinite(

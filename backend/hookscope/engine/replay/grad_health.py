@@ -54,16 +54,19 @@ BOUND_MARGIN = 1e-5
 bound on each one's): its rounding must not hide a parameter just above the threshold."""
 
 
-@dataclass
 class GradientHealth:
     """The thresholds (None: that switch is off)."""
 
-    exploding: float | None = None
-    vanishing: float | None = None
+    __slots__ = ("exploding", "vanishing", "on")
 
-    @property
-    def on(self) -> bool:
-        return self.exploding is not None or self.vanishing is not None
+    def __init__(self, exploding: float | None = None, vanishing: float | None = None) -> None:
+        self.set(exploding, vanishing)
+
+    def set(self, exploding: float | None, vanishing: float | None) -> None:
+        self.exploding = exploding
+        self.vanishing = vanishing
+        self.on = exploding is not None or vanishing is not None
+        """Either switch is on (an attribute, not a property: read in every step, a call under a debugger)."""
 
 
 @dataclass
@@ -131,7 +134,9 @@ class HealthCheck:
         health: GradientHealth,
     ) -> tuple[bool, Finding | None]:
         """(all finite, the threshold crossed if any): one transfer from the device."""
-        layout = self._layout_for(flat, flat_names, norm, norm_names)
+        layout = self._layout
+        if layout is None or self._key != (id(flat_names), id(norm_names), len(flat), len(norm)):
+            layout = self._layout_for(flat, flat_names, norm, norm_names)  # (kept: no call in the usual step)
         buffer = torch._C._nn.flatten_dense_tensors(flat) if flat else None
         if buffer is not None and buffer.dtype is not torch.float32:
             buffer = buffer.float()

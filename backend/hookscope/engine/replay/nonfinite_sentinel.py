@@ -268,11 +268,13 @@ class RootSentinel:
                 if grad is not None:
                     root_grads.append(grad)
             finding = None
-            if self.checks.health.on:
+            health = self.checks.health
+            health_on = health.on
+            if health_on:
                 # The gradient reaching the output matters to NaN/Inf alone: with only the health
                 # switches on, its sum is not taken (two tensor calls a step).
                 finite, finding = self._health.check_model(
-                    self.tensors, self._root, root_grads if self.checks.nonfinite else [], self.checks.health
+                    self.tensors, self._root, root_grads if self.checks.nonfinite else [], health
                 )
             else:
                 flat, norm = self.tensors.grad_groups(root_grads)
@@ -280,8 +282,11 @@ class RootSentinel:
             if finite:
                 if self.reported_at is not None:
                     self._rearm()
-                if self.checks.health.on:
-                    self._health_step(finding)
+                if health_on:
+                    if finding is None:  # _health_step's usual case, written out
+                        self._health_armed = True
+                    else:
+                        self._health_step(finding)
             elif not self.checks.nonfinite:
                 pass  # NaN/Inf, with only the gradient-health switches on: not theirs to report
             elif self._may_report():
