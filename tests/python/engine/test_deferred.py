@@ -429,3 +429,22 @@ def test_values_past_the_slots_or_of_another_dtype_are_read_with_the_slotted_one
         values.reduce(tensor)
     assert values.used == (len(tensors) - 1) * values.width and values.prompt == []
     assert values.verdict() is hits
+
+
+@pytest.mark.parametrize(("kind", "stale"), [("absmax_above", 1e9), ("grad_norm_below", 0.0)])
+def test_a_reduction_that_fails_leaves_its_slot_deciding_nothing_and_the_exact_test_decides(kind, stale):
+    """The slot may hold the last step's value: a failed kernel must not let it through."""
+    from hookscope.hooks.conditions import Condition
+
+    values = deferred_values.StepValues(Condition.parse({"kind": kind, "threshold": 1.0}), "backward", recorder=None)  # type: ignore[arg-type]
+    values.slots.fill_(stale)
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("kernel failed")
+
+    with patch.object(deferred_values, "_aminmax", failing), patch.object(values, "into", failing):
+        values.reduce(torch.full((8,), 0.5) if kind == "absmax_above" else torch.full((8,), 2.0))
+        assert values.used == values.width
+        assert values.verdict() is False  # neither the stale value nor the failed tensor hits
+        values.reduce(torch.full((8,), 5.0) if kind == "absmax_above" else torch.full((8,), 0.01))
+        assert values.verdict() is True  # the exact test saw it

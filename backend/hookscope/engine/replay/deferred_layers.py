@@ -295,14 +295,14 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
                         forward_values.last, forward_values.last_version = output, version
                         used = forward_values.used
                         if forward_values.width == 2 and used + 2 <= forward_values.capacity and output.dtype is _F32:
+                            forward_values.used = used + 2  # taken before the kernel, which releases the GIL
                             views = forward_values.views
                             enabled = grad_enabled()
                             set_grad_enabled(False)  # ``out=`` refuses an input that requires grad
                             try:
                                 aminmax(output, out=(views[used], views[used + 1]))
-                                forward_values.used = used + 2
                             except (RuntimeError, TypeError):
-                                forward_values.odd(output)
+                                forward_values.failed(output, used)
                             finally:
                                 set_grad_enabled(enabled)
                         else:

@@ -160,6 +160,14 @@ class StepValues:
         """One 0-d view per slot, made once: the ``out=`` arguments."""
         self.capacity = capacity
 
+    def failed(self, tensor: torch.Tensor, slot: int) -> None:
+        """A reduction into ``slot`` failed: the slot gets a value that decides nothing (it may hold the
+        last step's), and the exact test decides the tensor."""
+        neutral = _INF if self.kind == "grad_norm_below" else 0.0
+        for view in self.views[slot : slot + self.width]:
+            view.fill_(neutral)
+        self.odd(tensor)
+
     def odd(self, tensor: Any) -> None:
         """A tensor the fused reduction does not take: the exact path's own test decides now."""
         phase = self.phase
@@ -180,6 +188,7 @@ class StepValues:
         else kept as a 0-d result in ``prompt``."""
         used, width = self.used, self.width
         if used + width <= self.capacity and tensor.is_cpu and (width == 1 or tensor.dtype is _F32):
+            self.used = used + width  # taken before the kernel, which releases the GIL (another thread's slot)
             enabled = _grad_enabled()
             _set_grad_enabled(False)  # ``out=`` refuses an input that requires grad; a detach is a tensor call
             try:
@@ -187,9 +196,8 @@ class StepValues:
                     _aminmax(tensor, out=(self.views[used], self.views[used + 1]))
                 else:
                     self.into(tensor, out=self.views[used])
-                self.used = used + width
             except (RuntimeError, TypeError):
-                self.odd(tensor)
+                self.failed(tensor, used)
             finally:
                 _set_grad_enabled(enabled)
             return
@@ -215,6 +223,7 @@ class StepValues:
                 self.last, self.last_version = grad, version
                 used, width = self.used, self.width
                 if used + width <= self.capacity and (width == 1 or grad.dtype is _F32):
+                    self.used = used + width  # taken first, as in ``reduce``
                     enabled = _grad_enabled()
                     _set_grad_enabled(False)  # on under create_graph
                     try:
@@ -222,9 +231,8 @@ class StepValues:
                             _aminmax(grad, out=(self.views[used], self.views[used + 1]))
                         else:
                             self.into(grad, out=self.views[used])
-                        self.used = used + width
                     except (RuntimeError, TypeError):
-                        self.odd(grad)
+                        self.failed(grad, used)
                     finally:
                         _set_grad_enabled(enabled)
                 else:
