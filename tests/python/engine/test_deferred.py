@@ -11,6 +11,7 @@ import math
 import pickle
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 from unittest.mock import patch
 
 import pytest
@@ -178,12 +179,13 @@ def _floats(value) -> list[torch.Tensor]:
 
 
 @contextmanager
-def deferred_with(prompt: str, slots: int = deferred_values.SLOTS) -> Iterator[None]:
+def deferred_with(prompt: str, slots: int = deferred_values.SLOTS, collect: bool = True) -> Iterator[None]:
     """Breakpoints on the deferred path, their tensors reduced as ``prompt`` says: "all" as they are
     recorded (as a large CPU tensor is), "flush" the small ones at a flush, "learned" as the values
-    learn from the last step (``FEW_REDUCTIONS``); ``slots``: 2, the first step overflows the buffer."""
-    saved = (deferred.DEFER_MIN_LAYERS, deferred_values.PROMPT_MIN_NUMEL, deferred_values.FEW_REDUCTIONS)
-    saved_slots = deferred_values.SLOTS
+    learn from the last step (``FEW_REDUCTIONS``); ``slots``: 2, the first step overflows the buffer;
+    ``collect``: the gradients through the C-level hook after the first step (``COLLECT_MAX_BYTES``)."""
+    names = ("PROMPT_MIN_NUMEL", "FEW_REDUCTIONS", "SLOTS", "COLLECT_MAX_BYTES")
+    saved = deferred.DEFER_MIN_LAYERS, [getattr(deferred_values, name) for name in names]
     try:
         deferred.DEFER_MIN_LAYERS = 1
         if prompt == "all":
@@ -191,10 +193,13 @@ def deferred_with(prompt: str, slots: int = deferred_values.SLOTS) -> Iterator[N
         elif prompt == "flush":
             deferred_values.FEW_REDUCTIONS = -1
         deferred_values.SLOTS = slots
+        if not collect:
+            deferred_values.COLLECT_MAX_BYTES = -1
         yield
     finally:
-        deferred.DEFER_MIN_LAYERS, deferred_values.PROMPT_MIN_NUMEL, deferred_values.FEW_REDUCTIONS = saved
-        deferred_values.SLOTS = saved_slots
+        deferred.DEFER_MIN_LAYERS = saved[0]
+        for name, value in zip(names, saved[1]):
+            setattr(deferred_values, name, value)
 
 
 def exact_path() -> AbstractContextManager[None]:
@@ -213,8 +218,11 @@ PROMPTS = ["all", "flush", "learned"]
     nan=st.sampled_from([None, 1]),
     prompt=st.sampled_from(PROMPTS),
     slots=st.sampled_from([2, deferred_values.SLOTS]),
+    collect=st.booleans(),
 )
-def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, quantile, seed, nan, prompt, slots):
+def test_the_deferred_path_stops_where_the_exact_path_stops(
+    kinds, condition, quantile, seed, nan, prompt, slots, collect
+):
     kind, phases = condition
     cond = (
         {"kind": kind}
@@ -224,7 +232,7 @@ def test_the_deferred_path_stops_where_the_exact_path_stops(kinds, condition, qu
     plant = nan if kind == "nonfinite" else None
     with exact_path():
         exact, _ = run(build(kinds, seed), cond, phases, 3, seed, plant)
-    with deferred_with(prompt, slots):
+    with deferred_with(prompt, slots, collect):
         deferred_hits, notices = run(build(kinds, seed), cond, phases, 3, seed, plant)
     assert deferred_hits == exact
     assert not [n for n in notices if n.get("code") in ("deferredNotReplayed", "conditionError")]
@@ -419,14 +427,12 @@ def test_values_past_the_slots_or_of_another_dtype_are_read_with_the_slotted_one
     capacity = values.capacity
     tensors = [torch.randn(8) for _ in range(capacity)] + [torch.randn(8, dtype=torch.float64)]
     tensors[-2][5] = planted  # past the slots for abs-max (two a value), in the last one for NaN/Inf
-    for tensor in tensors:
-        values.reduce(tensor.requires_grad_())
+    values.reduce([tensor.requires_grad_() for tensor in tensors])
     assert values.used == capacity and len(values.prompt) == len(tensors) - capacity // values.width
     hits = abs(planted) > (threshold or math.inf) or not math.isfinite(planted)
     assert values.verdict() is hits
     assert values.capacity > len(tensors) * values.width  # room next step
-    for tensor in tensors[:-1]:
-        values.reduce(tensor)
+    values.reduce(tensors[:-1])
     assert values.used == (len(tensors) - 1) * values.width and values.prompt == []
     assert values.verdict() is hits
 
@@ -443,8 +449,117 @@ def test_a_reduction_that_fails_leaves_its_slot_deciding_nothing_and_the_exact_t
         raise RuntimeError("kernel failed")
 
     with patch.object(deferred_values, "_aminmax", failing), patch.object(values, "into", failing):
-        values.reduce(torch.full((8,), 0.5) if kind == "absmax_above" else torch.full((8,), 2.0))
+        values.reduce([torch.full((8,), 0.5) if kind == "absmax_above" else torch.full((8,), 2.0)])
         assert values.used == values.width
         assert values.verdict() is False  # neither the stale value nor the failed tensor hits
-        values.reduce(torch.full((8,), 5.0) if kind == "absmax_above" else torch.full((8,), 0.01))
+        values.reduce([torch.full((8,), 5.0) if kind == "absmax_above" else torch.full((8,), 0.01)])
         assert values.verdict() is True  # the exact test saw it
+
+
+class _ZeroesItsGradient(torch.autograd.Function):
+    """Its backward changes the gradient it receives in place: a gradient hook's value, read later, is gone."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return grad.mul_(0.0)
+
+
+class _ZeroesGradients(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.zero = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ZeroesItsGradient.apply(x) if self.zero else x * 1.0
+
+
+def _steps(model: nn.Module, cond: dict, steps: int, before_step: Any) -> tuple[list[tuple], list[dict], Engine]:
+    """``run``'s loop, with ``before_step(step)`` called before each step; the engine is left running."""
+    events: list[dict] = []
+    engine = Engine(events.append, shapes=False)
+    engine.add_model("m", model)
+    hits: list = []
+    engine.set_breakpoints(
+        [{"id": "bp", "layer": "*", "phases": ["backward"], "condition": cond, "callback": hits.append}]
+    )
+    generator = torch.Generator().manual_seed(0)
+    for step in range(steps):
+        before_step(step)
+        x = torch.randn(5, 4, generator=generator)
+        loss = model(x)
+        (loss if isinstance(loss, torch.Tensor) else loss[1]).sum().backward()
+    seen = [(h.layer, h.phase, h.step) for h in hits]
+    return seen, [e for e in events if e.get("type") == "notice"], engine
+
+
+def test_a_collected_gradient_changed_in_place_before_the_check_is_still_caught():
+    """From the second step the gradients are collected through the C-level hook and read at the end of
+    the backward; the layer behind the watched one then zeroes the gradient it received in place."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), _ZeroesGradients(), nn.Linear(4, 4), nn.Linear(4, 1))
+    with torch.no_grad():
+        model[2].weight.fill_(1e3)  # the gradient reaching layer 2's input: ~1e3, above the threshold
+    cond = {"kind": "absmax_above", "threshold": 100.0}
+
+    found = {}
+    for path in ("exact", "collected"):
+        copied = copy.deepcopy(model)
+
+        def zero_from_step_1(step: int, layer: nn.Module = copied[1]) -> None:
+            layer.zero = step >= 1
+
+        with exact_path() if path == "exact" else deferred_with("learned"):
+            found[path], notices, engine = _steps(copied, cond, 3, zero_from_step_1)
+            if path == "collected":
+                values = next(iter(engine._breakpoints.deferred.recorders.values())).tracks[0].backward_values
+                assert not values.collecting and not values.may_collect  # the Python hook from then on
+            engine.shutdown()
+    exact, collected = found["exact"], found["collected"]
+    assert ("2", "backward", 1) in exact
+    assert collected == exact, (collected, exact)
+    assert not [n for n in notices if n.get("code") == "deferredNotReplayed"]
+
+
+class _SideLoss(nn.Module):
+    """Keeps an intermediate, which a loss can use without going through the model's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+        self.head = nn.Linear(4, 1)
+        self.side: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.side = self.body(x)
+        return self.head(self.side)
+
+
+@pytest.mark.parametrize("collect", [True, False])
+def test_collected_gradients_whose_loss_bypassed_the_output_are_checked_at_the_next_forward(collect):
+    """The root output's hook queues the end-of-backward check; a loss that bypasses the output (step 1)
+    leaves the collected gradients unchecked until the next forward, which checks them as the Python
+    hook's queued check would have: a possible hit that cannot be replayed, said for step 1."""
+    torch.manual_seed(0)
+    model = _SideLoss()
+    events: list[dict] = []
+    engine = Engine(events.append, shapes=False)
+    engine.add_model("m", model)
+    cond = {"kind": "absmax_above", "threshold": 1e3}
+    with deferred_with("learned", collect=collect):
+        engine.set_breakpoints([{"id": "bp", "layer": "*", "phases": ["backward"], "condition": cond}])
+        values = next(iter(engine._breakpoints.deferred.recorders.values())).tracks[0].backward_values
+        for step in range(3):
+            out = model(torch.randn(5, 4))
+            assert values.collecting is (collect and step == 1)
+            loss = model.side.sum() * 1e6 if step == 1 else out.sum()  # step 1: only the side loss
+            loss.backward()
+    engine.shutdown()
+    notices = [e for e in events if e.get("type") == "notice" and e.get("code") == "deferredNotReplayed"]
+    assert len(notices) == 1, notices
+    assert "in step 1 of model m" in notices[0]["message"] and "did not flow through" in notices[0]["message"]
+    assert not values.collecting
+    assert hooks_left(model) == []

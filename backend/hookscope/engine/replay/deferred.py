@@ -27,7 +27,10 @@ Steady state (per watched layer, then once per step per model)
       reduced as it is recorded instead (``PROMPT_MIN_NUMEL``): read later,
       out of cache, it costs several times more; so is every CPU tensor of a
       phase that has few (``FEW_REDUCTIONS``). Those values are written with
-      ``out=`` into the phase's preallocated float32 slots.
+      ``out=`` into the phase's preallocated float32 slots. A backward whose
+      gradients are small (``COLLECT_MAX_BYTES``) collects them through a
+      C-level hook (``list.append``: no Python frame per gradient) and reduces
+      them at its end; a gradient changed in place by then counts as uncertain.
     * At the end of the root's forward (its forward hook) the forward values,
       and at the end of the backward (a callback queued by the first gradient
       hook) the backward values, are read in one transfer per breakpoint:
@@ -179,12 +182,12 @@ class DeferredValues:
     def step_of(self, model_id: str) -> int:
         return self._hooks.step_of(model_id)
 
-    def not_replayed(self, bp: Breakpoint, model_id: str, why: str) -> None:
+    def not_replayed(self, bp: Breakpoint, model_id: str, why: str, previous_step: bool = False) -> None:
         """A call of the step may have hit, but no replay confirmed or reproduced it: said, with the way out."""
         self.notice(
             "warning",
             f"breakpoint {bp.spec.id}: a call in step "
-            f"{self.step_of(model_id)} of model {model_id} may satisfy "
+            f"{self.step_of(model_id) - previous_step} of model {model_id} may satisfy "
             f"{_describe(bp.spec.condition)}, but {why}; set it on fewer than "
             f"{DEFER_MIN_LAYERS} layers for the exact per-call check",
             "deferredNotReplayed",

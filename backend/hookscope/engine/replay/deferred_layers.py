@@ -140,7 +140,7 @@ class LayerHooks:
                 if values.bytes > FLUSH_BYTES or len(values.refs) >= FLUSH_COUNT:
                     values.flush()
             if self.hook_inputs and recorder.hook_grads and torch.is_grad_enabled():
-                grad = self.track.backward_values.grad
+                grad = self.track.backward_values.hook
                 for arg in args:
                     if type(arg) is torch.Tensor and arg.requires_grad:
                         # leaf_hooks.hook_gradient's activation case written out (one traced call less
@@ -197,9 +197,9 @@ class LayerHooks:
                             hooks = OrderedDict()
                             output._backward_hooks = hooks
                             grad_fn._register_hook_dict(output)
-                        hooks[values.grad] = values.grad
+                        hooks[values.hook] = values.hook
                     elif output.requires_grad:
-                        self.track.leaves.register(output, values.grad)
+                        self.track.leaves.register(output, values.hook)
                 else:
                     self._hook_outputs(values, output)
         except Exception as exc:  # noqa: BLE001 - never into the user's forward
@@ -209,7 +209,7 @@ class LayerHooks:
         outs = [t for t in tensors_in(output) if t.requires_grad]
         scaled = len(outs) > 1 and self.track.bp.spec.condition.kind == "grad_norm_above"
         for tensor in outs:
-            handle = hook_gradient(tensor, partial(values.scaled_grad, len(outs)) if scaled else values.grad)
+            handle = hook_gradient(tensor, partial(values.scaled_grad, len(outs)) if scaled else values.hook)
             if handle is not None:
                 self.track.leaves.keep(handle)
 
@@ -254,7 +254,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
     inner, track, module = hooks.inner, hooks.track, hooks.module
     recorder, forward_values = track.recorder, track.forward
     aminmax, set_grad_enabled = torch.aminmax, torch._C._set_grad_enabled
-    grad = track.backward_values.grad  # one bound method: the same key in every hook dict it enters
+    backward_values = track.backward_values  # its ``hook``: one object a step, the same key in every hook dict
     post_values, hook_inputs, hook_outputs = hooks.post_values, hooks.hook_inputs, hooks.hook_outputs
     around, tracing, grad_enabled, tensor = (
         hooks.around,
@@ -268,6 +268,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
             return around(args, kwargs)
         try:
             if hook_inputs and recorder.hook_grads and grad_enabled():
+                grad = backward_values.hook
                 for arg in args:
                     if type(arg) is tensor and arg.requires_grad:
                         grad_fn = arg.grad_fn  # leaf_hooks.hook_gradient's activation case, written out
@@ -306,7 +307,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
                             finally:
                                 set_grad_enabled(enabled)
                         else:
-                            forward_values.reduce(output)
+                            forward_values.reduce((output,))
                 elif numel:
                     forward_values.refs.append(output)
                     forward_values.versions.append(output._version)
@@ -317,6 +318,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
                 else:
                     forward_values.odd(output)
             if hook_outputs and recorder.hook_grads:
+                grad = backward_values.hook
                 grad_fn = output.grad_fn
                 if grad_fn is not None:
                     out_hooks: dict[Any, Any] | None = output._backward_hooks

@@ -55,6 +55,8 @@ class Recorder:
         self.leaves = LeafHooks()
         self.backward = False
         """Some breakpoint watches the backward phase (kept up to date by ``DeferredValues.add``)."""
+        self.checking_previous = False
+        """The backward being checked is the last step's (``_unchecked_backward``): the step count moved on."""
         STRUCTURE.acquire()
         # First among the root's pre-hooks and (see last_post) last among its forward hooks, so that
         # a watched root's own layer hooks run inside the recorded call.
@@ -97,6 +99,11 @@ class Recorder:
     def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> None:
         if REPLAY.depth or self.open or kwargs is CALLED_WITHOUT_KWARGS:
             return
+        if not self.queued:
+            for track in self.tracks:
+                if track.backward_values.pending:  # a backward's collected gradients, never checked
+                    self._unchecked_backward()
+                    break
         try:
             calls = self.calls
             if len(calls) >= MAX_PENDING_CALLS:
@@ -151,6 +158,19 @@ class Recorder:
     def queue(self) -> None:
         self.queued = True
         torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
+
+    def _unchecked_backward(self) -> None:
+        """The last backward's collected gradients (``StepValues.collecting``) were never checked: the
+        root output's hook, which queues the end-of-backward check, did not run (the loss bypassed the
+        model's output). Check them now, as that check would have (without a replay: there is no
+        output gradient to replay with), and let the Python gradient hook queue it from now on."""
+        for track in self.tracks:
+            track.backward_values.stop_collecting()
+        self.checking_previous = True
+        try:
+            self._after_backward()
+        finally:
+            self.checking_previous = False
 
     def _after_backward(self) -> None:
         """End of the backward: check the step's backward values (one sync); replay it on a possible hit."""
@@ -243,7 +263,7 @@ class Recorder:
 
     def _not_replayed(self, tracks: list[Track], why: str) -> None:
         for track in tracks:
-            self.owner.not_replayed(track.bp, self.model_id, why)
+            self.owner.not_replayed(track.bp, self.model_id, why, previous_step=self.checking_previous)
 
 
 def _released(call: CallSnapshot) -> CallSnapshot:

@@ -43,6 +43,11 @@ FEW_REDUCTIONS = 32
 once too (``StepValues.prompt_min``): a flush of a few small tensors, cold by then, cost ~25 µs on the
 bench's transformer, where reducing each as it is recorded costs ~2 µs. Many small tensors (a stack of
 tiny layers) still go through the flush's one flattened copy."""
+COLLECT_MAX_BYTES = 4 * 2**20
+"""A backward whose hooked gradients came to at most this much in its last step collects the next
+step's through a C-level hook (``list.append``: no Python frame per gradient, ~2.5 µs each under a
+debugger, and no hook body) and reduces them at its end, while they are likely still in cache.
+Larger ones keep the Python hook, which reduces a large CPU gradient at once and bounds the memory held."""
 SLOTS = 64
 """Values a phase writes into its preallocated buffer (``StepValues.slots``) in the first step; a step
 that needs more makes it larger for the next (the overflow goes through a list meanwhile)."""
@@ -86,6 +91,12 @@ class StepValues:
         "missed",
         "prompt_min",
         "flushed",
+        "pending",
+        "hook",
+        "collecting",
+        "may_collect",
+        "hooked_bytes",
+        "root_queued",
         "condition",
         "kind",
         "phase",
@@ -119,6 +130,20 @@ class StepValues:
         self.missed = 0
         """Slots this phase would have used past ``capacity``: the next step has room for them."""
         self._allocate(SLOTS)
+        self.pending: list[torch.Tensor] = []
+        """Gradients collected by the C-level hook this step (``collecting``), reduced at the verdict."""
+        self.hook: Callable[[torch.Tensor], Any] = self.grad
+        """What the layers put in their tensors' hook dicts: ``grad``, or ``pending.append`` while
+        ``collecting`` (one object for the step, so a tensor hooked by two layers has it once)."""
+        self.collecting = False
+        self.may_collect = True
+        """False for good once a collected gradient was found changed in place (the C-level hook cannot
+        note a gradient's version when it arrives) or the end-of-backward check was not queued."""
+        self.hooked_bytes = 0
+        """Gradient bytes the Python hook saw this step (whether collecting would have fit)."""
+        self.root_queued = True
+        """The end-of-backward check was queued by the root output's hook before any gradient hook ran:
+        nothing depends on the gradient hooks to queue it."""
         self.prompt_min = PROMPT_MIN_NUMEL
         """CPU tensors larger than this are reduced as they are recorded: ``PROMPT_MIN_NUMEL``, or 0 (all)
         after a step with few tensors (``FEW_REDUCTIONS``)."""
@@ -133,6 +158,7 @@ class StepValues:
         self.owners: list[Any] = []
         """The ``LayerHooks`` that recorded each reference (None: a gradient hook)."""
         self.bytes = 0
+        self.pending.clear()
         self.used = 0
         """Slots written this phase."""
         self.flushed = 0
@@ -181,32 +207,35 @@ class StepValues:
         (The two hot paths, the wrapped forward and ``grad``, write these lines out: a call less each.)"""
         if tensor is not self.last or tensor._version != self.last_version:
             self.last, self.last_version = tensor, tensor._version
-            self.reduce(tensor)
+            self.reduce((tensor,))
 
-    def reduce(self, tensor: torch.Tensor) -> None:
-        """One tensor's value, written into the next free slot (a CPU tensor: abs-max takes float32 only),
-        else kept as a 0-d result in ``prompt``."""
-        used, width = self.used, self.width
-        if used + width <= self.capacity and tensor.is_cpu and (width == 1 or tensor.dtype is _F32):
-            self.used = used + width  # taken before the kernel, which releases the GIL (another thread's slot)
-            enabled = _grad_enabled()
-            _set_grad_enabled(False)  # ``out=`` refuses an input that requires grad; a detach is a tensor call
+    def reduce(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Each tensor's value, written into the next free slot (a CPU tensor: abs-max takes float32 only),
+        else kept as a 0-d result in ``prompt``. A sequence: a flush's tensors in one call (each call is
+        traced under a debugger)."""
+        width = self.width
+        for tensor in tensors:
+            used = self.used
+            if used + width <= self.capacity and tensor.is_cpu and (width == 1 or tensor.dtype is _F32):
+                self.used = used + width  # taken before the kernel, which releases the GIL (another thread's slot)
+                enabled = _grad_enabled()
+                _set_grad_enabled(False)  # ``out=`` refuses an input that requires grad; a detach is a tensor call
+                try:
+                    if width == 2:
+                        _aminmax(tensor, out=(self.views[used], self.views[used + 1]))
+                    else:
+                        self.into(tensor, out=self.views[used])
+                except (RuntimeError, TypeError):
+                    self.failed(tensor, used)
+                finally:
+                    _set_grad_enabled(enabled)
+                continue
+            if used + width > self.capacity:
+                self.missed += width
             try:
-                if width == 2:
-                    _aminmax(tensor, out=(self.views[used], self.views[used + 1]))
-                else:
-                    self.into(tensor, out=self.views[used])
+                self.prompt.append(self.reducer(tensor.detach()))
             except (RuntimeError, TypeError):
-                self.failed(tensor, used)
-            finally:
-                _set_grad_enabled(enabled)
-            return
-        if used + width > self.capacity:
-            self.missed += width
-        try:
-            self.prompt.append(self.reducer(tensor.detach()))
-        except (RuntimeError, TypeError):
-            self.odd(tensor)
+                self.odd(tensor)
 
     def grad(self, grad: torch.Tensor) -> None:
         """Tensor hook on an input or output of a watched call: keep the gradient's reference."""
@@ -221,6 +250,7 @@ class StepValues:
             version = grad._version
             if grad is not self.last or version != self.last_version:
                 self.last, self.last_version = grad, version
+                self.hooked_bytes += grad.nbytes
                 used, width = self.used, self.width
                 if used + width <= self.capacity and (width == 1 or grad.dtype is _F32):
                     self.used = used + width  # taken first, as in ``reduce``
@@ -236,17 +266,19 @@ class StepValues:
                     finally:
                         _set_grad_enabled(enabled)
                 else:
-                    self.reduce(grad)
+                    self.reduce((grad,))
         elif numel and grad.is_floating_point() and grad.layout is _STRIDED:
             self.refs.append(grad)
             self.versions.append(grad._version)
             self.owners.append(None)
             self.bytes += grad.nbytes
+            self.hooked_bytes += grad.nbytes
             if self.bytes > FLUSH_BYTES or len(self.refs) >= FLUSH_COUNT:
                 self.flush()
         else:
             self.odd(grad)
         if not recorder.queued:  # usually the root output's hook queued it already
+            self.root_queued = False
             recorder.queue()
 
     def scaled_grad(self, outputs: int, grad: torch.Tensor) -> None:
@@ -309,8 +341,7 @@ class StepValues:
                     large.extend(small)
             else:
                 large.extend(small)
-            for tensor in large:
-                self.reduce(tensor)
+            self.reduce(large)
         except (RuntimeError, TypeError):  # mixed devices or dtypes, float64 with a float32 norm: one at a time
             for tensor in current:
                 self.odd(tensor)
@@ -319,6 +350,8 @@ class StepValues:
 
     def verdict(self) -> bool:
         """Whether some call of the step may satisfy the condition (one host sync); then starts afresh."""
+        if self.pending:
+            self._take_collected()
         if self.refs:
             self.flush()
         vectors, flag, uncertain = self.vectors, self.flag, self.uncertain
@@ -331,9 +364,46 @@ class StepValues:
         if self.missed:  # room for this step's values in the next
             self._allocate(self.capacity + self.missed + SLOTS)
             self.missed = 0
+        if self.phase == "backward":
+            self._choose_hook(uncertain)
         hit = flag or self._decide(slotted, prompt, vectors)
         self.doubtful = uncertain and not hit
         return hit or uncertain
+
+    # -- the C-level gradient hook (COLLECT_MAX_BYTES) --------------------------
+
+    def _take_collected(self) -> None:
+        """The gradients ``pending.append`` collected, referenced as ``grad`` would have: at version 0
+        (a gradient is made at 0: one changed in place since counts as uncertain), a repeat once (flush)."""
+        refs, versions, owners = self.refs, self.versions, self.owners
+        collected = 0
+        for grad in self.pending:
+            if grad.is_floating_point() and grad.layout is _STRIDED and grad.numel():
+                refs.append(grad)
+                versions.append(0)
+                owners.append(None)
+                collected += grad.nbytes
+            else:
+                self.odd(grad)
+        self.pending.clear()
+        self.bytes += collected
+        self.hooked_bytes = collected
+
+    def _choose_hook(self, uncertain: bool) -> None:
+        """The next step's gradient hook: collecting when this step's gradients fit ``COLLECT_MAX_BYTES``."""
+        if uncertain or not self.root_queued:
+            self.may_collect = False
+        collect = self.may_collect and self.hooked_bytes <= COLLECT_MAX_BYTES
+        self.hooked_bytes, self.root_queued = 0, True
+        if collect != self.collecting:
+            self.collecting = collect
+            self.hook = self.pending.append if collect else self.grad
+
+    def stop_collecting(self) -> None:
+        """The collected gradients' end-of-backward check never ran (the root output's hook did not
+        queue it: the loss bypassed the model's output): the Python hook from now on, which queues it."""
+        self.may_collect = self.collecting = False
+        self.hook = self.grad
 
     def _decide(self, slotted: list[float], prompt: list[Any], vectors: list[torch.Tensor]) -> bool:
         """Whether the phase's values may hit: the slots' (pairs for abs-max: low, high), and what went
