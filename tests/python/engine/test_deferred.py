@@ -23,6 +23,7 @@ from torch import nn
 
 from hookscope.engine.core import Engine
 from hookscope.engine.replay import deferred, deferred_values
+from hookscope.hooks.conditions import Condition
 
 EXACT = 10**9
 """DEFER_MIN_LAYERS that keeps every breakpoint on the exact path."""
@@ -420,8 +421,6 @@ def test_root_hooks_called_as_removed_hooks_stay_quiet():
 def test_values_past_the_slots_or_of_another_dtype_are_read_with_the_slotted_ones(kind, threshold, planted):
     """A phase that outgrows its slots, or records float64 tensors (abs-max writes float32 slots only),
     keeps those values as 0-d tensors; the verdict reads both, and the next step has room for all."""
-    from hookscope.hooks.conditions import Condition
-
     raw = {"kind": kind} if threshold is None else {"kind": kind, "threshold": threshold}
     values = deferred_values.StepValues(Condition.parse(raw), "forward", recorder=None)  # type: ignore[arg-type]
     capacity = values.capacity
@@ -440,8 +439,6 @@ def test_values_past_the_slots_or_of_another_dtype_are_read_with_the_slotted_one
 @pytest.mark.parametrize(("kind", "stale"), [("absmax_above", 1e9), ("grad_norm_below", 0.0)])
 def test_a_reduction_that_fails_leaves_its_slot_deciding_nothing_and_the_exact_test_decides(kind, stale):
     """The slot may hold the last step's value: a failed kernel must not let it through."""
-    from hookscope.hooks.conditions import Condition
-
     values = deferred_values.StepValues(Condition.parse({"kind": kind, "threshold": 1.0}), "backward", recorder=None)  # type: ignore[arg-type]
     values.slots.fill_(stale)
 
