@@ -445,7 +445,7 @@ def test_a_reduction_that_fails_leaves_its_slot_deciding_nothing_and_the_exact_t
     def failing(*args, **kwargs):
         raise RuntimeError("kernel failed")
 
-    with patch.object(deferred_values, "_aminmax", failing), patch.object(values, "into", failing):
+    with patch.object(values, "reducer", failing):
         values.reduce([torch.full((8,), 0.5) if kind == "absmax_above" else torch.full((8,), 2.0)])
         assert values.used == values.width
         assert values.verdict() is False  # neither the stale value nor the failed tensor hits

@@ -60,7 +60,7 @@ NORM_MARGIN = 1e-5
 _STRIDED = torch.strided
 _F32 = torch.float32
 _INF = math.inf
-_aminmax, _grad_enabled, _set_grad_enabled = torch.aminmax, torch.is_grad_enabled, torch._C._set_grad_enabled
+_grad_enabled, _set_grad_enabled = torch.is_grad_enabled, torch._C._set_grad_enabled
 
 
 class StepValues:
@@ -85,7 +85,6 @@ class StepValues:
         "last_version",
         "prompt",
         "reducer",
-        "into",
         "width",
         "slots",
         "views",
@@ -111,25 +110,18 @@ class StepValues:
         self.kind = condition.kind
         self.phase = phase
         self.recorder = recorder
-        self.reducer: Callable[[torch.Tensor], Any] = (
-            torch.aminmax
-            if self.kind == "absmax_above"
-            else partial(torch.sum, dtype=_F32)
-            if self.kind == "nonfinite"
-            else partial(torch.linalg.vector_norm, dtype=_F32)
-        )
-        """One tensor's value, computed at once (a C call: no frame under a debugger): (low, high) for
-        abs-max, the sum for NaN/Inf (it keeps any NaN/Inf), the 2-norm for gradient norms."""
         self.width = 2 if self.kind == "absmax_above" else 1
         """Slots one value takes: abs-max writes (low, high)."""
-        self.into: Callable[..., Any] = (
-            _aminmax
+        self.reducer: Callable[..., Any] = (
+            torch.aminmax
             if self.width == 2
             else partial(torch.sum, dim=None, dtype=_F32)
             if self.kind == "nonfinite"
             else partial(torch.linalg.vector_norm, dtype=_F32)
         )
-        """``reducer`` with ``out=``: writes into a slot, allocates nothing."""
+        """One tensor's value (a C call: no frame under a debugger): (low, high) for abs-max, the sum for
+        NaN/Inf (it keeps any NaN/Inf), the 2-norm for gradient norms; written into a slot with ``out=``
+        (nothing allocated), else returned as 0-d tensors."""
         self.missed = 0
         """Slots this phase would have used past ``capacity``: the next step has room for them."""
         self._allocate(SLOTS)
@@ -225,10 +217,9 @@ class StepValues:
                 enabled = _grad_enabled()
                 _set_grad_enabled(False)  # ``out=`` refuses an input that requires grad; a detach is a tensor call
                 try:
-                    if width == 2:
-                        _aminmax(tensor, out=(self.views[used], self.views[used + 1]))
-                    else:
-                        self.into(tensor, out=self.views[used])
+                    self.reducer(
+                        tensor, out=(self.views[used], self.views[used + 1]) if width == 2 else self.views[used]
+                    )
                 except (RuntimeError, TypeError):
                     self.failed(tensor, used)
                 finally:
@@ -261,10 +252,9 @@ class StepValues:
                     enabled = _grad_enabled()
                     _set_grad_enabled(False)  # on under create_graph
                     try:
-                        if width == 2:
-                            _aminmax(grad, out=(self.views[used], self.views[used + 1]))
-                        else:
-                            self.into(grad, out=self.views[used])
+                        self.reducer(
+                            grad, out=(self.views[used], self.views[used + 1]) if width == 2 else self.views[used]
+                        )
                     except (RuntimeError, TypeError):
                         self.failed(grad, used)
                     finally:
