@@ -42,25 +42,45 @@ class Residual(nn.Module):
 
 
 class TwoOut(nn.Module):
-    """Returns a tuple: a layer with several outputs (and an integer one)."""
+    """Returns a tuple: a layer with several outputs, and an integer one (the wrapper's general case)
+    or a None (attention's ``(output, None)``: the wrapper's written-out case)."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, integer: bool) -> None:
         super().__init__()
         self.a = nn.Linear(width, width)
+        self.integer = integer
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         y = self.a(x)
-        return y, y * 2.0, y.argmax(dim=-1)
+        return y, y * 2.0, y.argmax(dim=-1) if self.integer else None
 
 
 class Picks(nn.Module):
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, integer: bool = True) -> None:
         super().__init__()
-        self.two = TwoOut(width)
+        self.two = TwoOut(width, integer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y, z, _ = self.two(x)
         return y - z * 0.25
+
+
+class _Aside(nn.Module):
+    """Returns ``(x, x * 1000, None)``, as attention returns its weights beside its output."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        return x, x * 1000.0, None
+
+
+class _TakesFirst(nn.Module):
+    """Uses only the first tensor of its child's tuple: the second one's values go nowhere else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.aside = _Aside()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.aside(x)[0]
 
 
 def layer(kind: str, width: int) -> nn.Module:
@@ -73,10 +93,12 @@ def layer(kind: str, width: int) -> nn.Module:
         "res": lambda: Residual(width, True),
         "res2": lambda: Residual(width, False),
         "picks": lambda: Picks(width),
+        "picks2": lambda: Picks(width, integer=False),
         "seq": lambda: nn.Sequential(nn.Linear(width, width), nn.Tanh()),
         "scale": lambda: _Scale(),
         "scale_": lambda: nn.Sequential(nn.Linear(width, width), _ScaleInPlace()),
         "neg": lambda: _Negative(),
+        "aside": lambda: _TakesFirst(),
     }[kind]()
 
 
@@ -101,7 +123,7 @@ class _Negative(nn.Module):
         return -(x.abs() * 7.0) - 1.0
 
 
-KINDS = ["linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "seq", "scale", "scale_", "neg"]
+KINDS = ["linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "picks2", "seq", "scale", "scale_", "neg"]
 
 conditions = st.sampled_from(
     [
@@ -250,6 +272,20 @@ def test_an_abs_max_that_is_a_layer_s_most_negative_value_is_found(prompt):
     with deferred_with(prompt):
         deferred_hits, _ = run(build(kinds, seed), cond, ["forward"], 2, seed, None)
     assert exact and exact[0][0] == "1"  # the negative layer
+    assert deferred_hits == exact
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_every_tensor_of_a_tuple_output_is_checked(prompt):
+    """Only the second tensor of a layer's ``(output, aside, None)`` crosses the threshold."""
+    kinds, seed = ["aside"], 4
+    threshold = threshold_for("absmax_above", kinds, seed, 1.0) * 0.9  # below the aside's abs-max only
+    cond = {"kind": "absmax_above", "threshold": threshold}
+    with exact_path():
+        exact, _ = run(build(kinds, seed), cond, ["forward"], 2, seed, None)
+    with deferred_with(prompt):
+        deferred_hits, _ = run(build(kinds, seed), cond, ["forward"], 2, seed, None)
+    assert exact and {hit[:2] for hit in exact} == {("1.aside", "forward")}
     assert deferred_hits == exact
 
 

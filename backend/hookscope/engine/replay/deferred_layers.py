@@ -247,8 +247,8 @@ class LayerHooks:
 def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
     """The function set as the layer's ``forward``: the one traced call per watched layer per step.
 
-    The usual case of ``_pre`` and ``_post`` (tensor inputs, one floating output, the root's forward
-    running) is written out in it over closure variables, the fewest bytecodes a debugger makes
+    The usual case of ``_pre`` and ``_post`` (tensor inputs, floating outputs in a tensor or a flat
+    tuple, the root's forward running) is written out in it over closure variables, the fewest bytecodes a debugger makes
     dearer (~5x); anything else goes through ``hooks.around``.
     """
     inner, track, module = hooks.inner, hooks.track, hooks.module
@@ -256,6 +256,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
     aminmax, set_grad_enabled = torch.aminmax, torch._C._set_grad_enabled
     backward_values = track.backward_values  # its ``hook``: one object a step, the same key in every hook dict
     post_values, hook_inputs, hook_outputs = hooks.post_values, hooks.hook_inputs, hooks.hook_outputs
+    scaled_outputs = hook_outputs and track.bp.spec.condition.kind == "grad_norm_above"  # ``_hook_outputs``' case
     around, tracing, grad_enabled, tensor = (
         hooks.around,
         torch._C._get_tracing_state,
@@ -284,51 +285,65 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
         except Exception as exc:  # noqa: BLE001 - never into the user's forward
             hooks.owner.failed(track.bp, hooks.name, exc)
         output = inner(*args, **kwargs)
-        if type(output) is not tensor or not output.is_floating_point() or output.layout is not _STRIDED:
+        # One floating tensor, or a flat tuple of them and Nones (attention's ``(output, weights)``):
+        # each tensor as below; anything else through ``_post`` (two or more traced calls more).
+        outs = (output,) if type(output) is tensor else output if type(output) is tuple else ()
+        count = 0
+        for out in outs:
+            if out is None:
+                continue
+            if type(out) is not tensor or not out.is_floating_point() or out.layout is not _STRIDED:
+                count = 0
+                break
+            count += 1
+        if not count or (count > 1 and scaled_outputs):
             hooks._post(module, args, output)
             return output
         try:
-            if post_values:
-                numel = output.numel()
-                if numel > forward_values.prompt_min and output.is_cpu:  # in cache now, cold at the flush
-                    version = output._version  # ``StepValues.now`` and ``reduce``, written out for abs-max
-                    if output is not forward_values.last or version != forward_values.last_version:
-                        forward_values.last, forward_values.last_version = output, version
-                        used = forward_values.used
-                        if forward_values.width == 2 and used + 2 <= forward_values.capacity and output.dtype is _F32:
-                            forward_values.used = used + 2  # taken before the kernel, which releases the GIL
-                            views = forward_values.views
-                            enabled = grad_enabled()
-                            set_grad_enabled(False)  # ``out=`` refuses an input that requires grad
-                            try:
-                                aminmax(output, out=(views[used], views[used + 1]))
-                            except (RuntimeError, TypeError):
-                                forward_values.failed(output, used)
-                            finally:
-                                set_grad_enabled(enabled)
-                        else:
-                            forward_values.reduce((output,))
-                elif numel:
-                    forward_values.refs.append(output)
-                    forward_values.versions.append(output._version)
-                    forward_values.owners.append(hooks)
-                    forward_values.bytes += output.nbytes
-                    if forward_values.bytes > FLUSH_BYTES or len(forward_values.refs) >= FLUSH_COUNT:
-                        forward_values.flush()
-                else:
-                    forward_values.odd(output)
-            if hook_outputs and recorder.hook_grads:
-                grad = backward_values.hook
-                grad_fn = output.grad_fn
-                if grad_fn is not None:
-                    out_hooks: dict[Any, Any] | None = output._backward_hooks
-                    if out_hooks is None:
-                        out_hooks = OrderedDict()
-                        output._backward_hooks = out_hooks
-                        grad_fn._register_hook_dict(output)
-                    out_hooks[grad] = grad
-                elif output.requires_grad:
-                    track.leaves.register(output, grad)
+            for out in outs:
+                if out is None:
+                    continue
+                if post_values:
+                    numel = out.numel()
+                    if numel > forward_values.prompt_min and out.is_cpu:  # in cache now, cold at the flush
+                        version = out._version  # ``StepValues.now`` and ``reduce``, written out for abs-max
+                        if out is not forward_values.last or version != forward_values.last_version:
+                            forward_values.last, forward_values.last_version = out, version
+                            used = forward_values.used
+                            if forward_values.width == 2 and used + 2 <= forward_values.capacity and out.dtype is _F32:
+                                forward_values.used = used + 2  # taken before the kernel, which releases the GIL
+                                views = forward_values.views
+                                enabled = grad_enabled()
+                                set_grad_enabled(False)  # ``out=`` refuses an input that requires grad
+                                try:
+                                    aminmax(out, out=(views[used], views[used + 1]))
+                                except (RuntimeError, TypeError):
+                                    forward_values.failed(out, used)
+                                finally:
+                                    set_grad_enabled(enabled)
+                            else:
+                                forward_values.reduce((out,))
+                    elif numel:
+                        forward_values.refs.append(out)
+                        forward_values.versions.append(out._version)
+                        forward_values.owners.append(hooks)
+                        forward_values.bytes += out.nbytes
+                        if forward_values.bytes > FLUSH_BYTES or len(forward_values.refs) >= FLUSH_COUNT:
+                            forward_values.flush()
+                    else:
+                        forward_values.odd(out)
+                if hook_outputs and recorder.hook_grads:
+                    grad = backward_values.hook
+                    grad_fn = out.grad_fn
+                    if grad_fn is not None:
+                        out_hooks: dict[Any, Any] | None = out._backward_hooks
+                        if out_hooks is None:
+                            out_hooks = OrderedDict()
+                            out._backward_hooks = out_hooks
+                            grad_fn._register_hook_dict(out)
+                        out_hooks[grad] = grad
+                    elif out.requires_grad:
+                        track.leaves.register(out, grad)
         except Exception as exc:  # noqa: BLE001 - never into the user's forward
             hooks.owner.failed(track.bp, hooks.name, exc)
         return output
