@@ -210,27 +210,28 @@ class StepValues:
         else kept as a 0-d result in ``prompt``. A sequence: a flush's tensors in one call (each call is
         traced under a debugger)."""
         width = self.width
-        for tensor in tensors:
-            used = self.used
-            if used + width <= self.capacity and tensor.is_cpu and (width == 1 or tensor.dtype is _F32):
-                self.used = used + width  # taken before the kernel, which releases the GIL (another thread's slot)
-                enabled = _grad_enabled()
-                _set_grad_enabled(False)  # ``out=`` refuses an input that requires grad; a detach is a tensor call
+        enabled = _grad_enabled()
+        _set_grad_enabled(False)  # ``out=`` refuses an input that requires grad; a detach is a tensor call
+        try:
+            for tensor in tensors:
+                used = self.used
+                if used + width <= self.capacity and tensor.is_cpu and (width == 1 or tensor.dtype is _F32):
+                    self.used = used + width  # taken before the kernel, which releases the GIL (another thread's slot)
+                    try:
+                        self.reducer(
+                            tensor, out=(self.views[used], self.views[used + 1]) if width == 2 else self.views[used]
+                        )
+                    except (RuntimeError, TypeError):
+                        self.failed(tensor, used)
+                    continue
+                if used + width > self.capacity:
+                    self.missed += width
                 try:
-                    self.reducer(
-                        tensor, out=(self.views[used], self.views[used + 1]) if width == 2 else self.views[used]
-                    )
+                    self.prompt.append(self.reducer(tensor))
                 except (RuntimeError, TypeError):
-                    self.failed(tensor, used)
-                finally:
-                    _set_grad_enabled(enabled)
-                continue
-            if used + width > self.capacity:
-                self.missed += width
-            try:
-                self.prompt.append(self.reducer(tensor.detach()))
-            except (RuntimeError, TypeError):
-                self.odd(tensor)
+                    self.odd(tensor)
+        finally:
+            _set_grad_enabled(enabled)
 
     def grad(self, grad: torch.Tensor) -> None:
         """Tensor hook on an input or output of a watched call: keep the gradient's reference."""
@@ -367,22 +368,38 @@ class StepValues:
     # -- the C-level gradient hook (COLLECT_MAX_BYTES) --------------------------
 
     def _take_collected(self) -> None:
-        """The gradients ``pending.append`` collected, referenced as ``grad`` would have: at version 0
-        (a gradient is made at 0: one changed in place since counts as uncertain), a repeat once (flush)."""
+        """The gradients ``pending.append`` collected, each once (autograd hands one gradient to both sides
+        of a residual add), taken as ``grad`` would have taken them, in one loop: a gradient is made at
+        version 0, so one changed in place since counts as uncertain; the large CPU ones are reduced
+        here, the rest referenced for the flush."""
         refs, versions, owners = self.refs, self.versions, self.owners
-        collected, on_device = 0, False
+        large: list[torch.Tensor] = []
+        seen: set[int] = set()
+        collected, on_device, prompt_min = 0, False, self.prompt_min
         for grad in self.pending:
-            if grad.is_floating_point() and grad.layout is _STRIDED and grad.numel():
+            if id(grad) in seen:
+                continue
+            seen.add(id(grad))
+            numel = grad.numel()
+            if not grad.is_floating_point() or grad.layout is not _STRIDED or not numel:
+                self.odd(grad)
+                continue
+            collected += grad.nbytes
+            cpu = grad.is_cpu
+            on_device = on_device or not cpu
+            if grad._version:
+                self.uncertain = True
+            elif numel > prompt_min and cpu:
+                large.append(grad)
+            else:
                 refs.append(grad)
                 versions.append(0)
                 owners.append(None)
-                collected += grad.nbytes
-                on_device = on_device or not grad.is_cpu
-            else:
-                self.odd(grad)
         self.pending.clear()
         self.bytes += collected
         self.hooked_bytes = COLLECT_MAX_BYTES + 1 if on_device else collected  # (a GPU's: collected no more)
+        if large:
+            self.reduce(large)
 
     def _choose_hook(self, uncertain: bool) -> None:
         """The next step's gradient hook: collecting when this step's gradients fit ``COLLECT_MAX_BYTES``."""
