@@ -489,6 +489,22 @@ def test_a_reduction_that_fails_leaves_its_slot_deciding_nothing_and_the_exact_t
         assert values.verdict() is True  # the exact test saw it
 
 
+def test_collected_gradients_are_decided_at_the_verdict_and_leave_no_count_behind():
+    """The gradients the C-level hook collected (one twice: both sides of a residual add) are reduced at
+    the verdict, whether large or small, and the flush's byte count starts afresh after each."""
+    values = deferred_values.StepValues(
+        Condition.parse({"kind": "absmax_above", "threshold": 10.0}), "backward", recorder=None
+    )  # type: ignore[arg-type]
+    large = torch.full((deferred_values.PROMPT_MIN_NUMEL + 1,), 3.0)
+    small = torch.full((8,), -20.0)
+    values.pending.extend([large, large, torch.full((deferred_values.PROMPT_MIN_NUMEL + 1,), 5.0)])
+    assert values.verdict() is False
+    assert values.bytes == 0 and values.refs == []
+    values.pending.extend([large, small])
+    assert values.verdict() is True  # the small one's -20
+    assert values.bytes == 0
+
+
 class _ZeroesItsGradient(torch.autograd.Function):
     """Its backward changes the gradient it receives in place: a gradient hook's value, read later, is gone."""
 

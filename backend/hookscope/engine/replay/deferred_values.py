@@ -395,8 +395,8 @@ class StepValues:
                 refs.append(grad)
                 versions.append(0)
                 owners.append(None)
+                self.bytes += grad.nbytes  # what the flush will read (it resets the count)
         self.pending.clear()
-        self.bytes += collected
         self.hooked_bytes = COLLECT_MAX_BYTES + 1 if on_device else collected  # (a GPU's: collected no more)
         if large:
             self.reduce(large)
