@@ -61,6 +61,9 @@ class LayerHooks:
         self.post_values = "forward" in track.forward_phases
         self.hook_inputs = track.backward and kind in ("absmax_above", "nonfinite")  # grad_input
         self.hook_outputs = track.backward and kind != "absmax_above"  # grad_output
+        self.scales_outputs = self.hook_outputs and kind == "grad_norm_above"
+        """A call with several outputs that require grad hooks each with ``scaled_grad``: the exact norm is
+        over all of them."""
         self.at_once = False
         """Something changed a tensor this layer recorded before its value was computed: compute now."""
         self.tap: GradTap | None = None
@@ -207,7 +210,7 @@ class LayerHooks:
 
     def _hook_outputs(self, values: StepValues, output: Any) -> None:
         outs = [t for t in tensors_in(output) if t.requires_grad]
-        scaled = len(outs) > 1 and self.track.bp.spec.condition.kind == "grad_norm_above"
+        scaled = len(outs) > 1 and self.scales_outputs
         for tensor in outs:
             handle = hook_gradient(tensor, partial(values.scaled_grad, len(outs)) if scaled else values.hook)
             if handle is not None:
@@ -256,7 +259,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
     aminmax, set_grad_enabled = torch.aminmax, torch._C._set_grad_enabled
     backward_values = track.backward_values  # its ``hook``: one object a step, the same key in every hook dict
     post_values, hook_inputs, hook_outputs = hooks.post_values, hooks.hook_inputs, hooks.hook_outputs
-    scaled_outputs = hook_outputs and track.bp.spec.condition.kind == "grad_norm_above"  # ``_hook_outputs``' case
+    scales_outputs = hooks.scales_outputs
     around, tracing, grad_enabled, tensor = (
         hooks.around,
         torch._C._get_tracing_state,
@@ -296,7 +299,7 @@ def _wrapped_forward(hooks: LayerHooks) -> Callable[..., Any]:
                 count = 0
                 break
             count += 1
-        if not count or (count > 1 and scaled_outputs):
+        if not count or (count > 1 and scales_outputs):
             hooks._post(module, args, output)
             return output
         try:
