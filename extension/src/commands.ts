@@ -5,7 +5,8 @@ import * as vscode from 'vscode';
 import type { BackendHub } from './backend/hub';
 import { editCondition, pickPhase } from './breakpoints/conditionEditor';
 import type { LayerBreakpointManager } from './breakpoints/manager';
-import type { LayerBreakpoint, PhaseChoice } from './breakpoints/model';
+import { targetLabel, type KnownLayer, type LayerBreakpoint, type PhaseChoice } from './breakpoints/model';
+import { askNamedBreakpoint } from './breakpoints/namedBreakpoint';
 import type { ExtensionLog } from './common/log';
 import {
   breakOnNonFiniteSetting, gradientThresholdsSetting, setBreakOnNonFiniteSetting, setGradientThresholdSetting,
@@ -185,7 +186,7 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
           return;
         }
         const pick = await vscode.window.showQuickPick(
-          all.map((b) => ({ label: b.layer ?? `${vscode.workspace.asRelativePath(b.file)}:${b.line + 1}`, description: b.phases.join(', '), bp: b })),
+          all.map((b) => ({ label: targetLabel(b) ?? `${vscode.workspace.asRelativePath(b.file)}:${b.line + 1}`, description: b.phases.join(', '), bp: b })),
           { title: 'Edit which layer breakpoint?' },
         );
         bp = pick?.bp;
@@ -196,6 +197,15 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
         breakpoints.update(bp.id, patch);
         log.event('breakpoint.edited', { id: bp.id, patch });
       }
+    }),
+    cmd(Commands.addLayerBreakpointByName, async (arg) => {
+      // From a Layers tree row: the layers inside it (the model's row: every layer), a leaf itself;
+      // from the palette or the Layer Breakpoints view: every layer.
+      const initial = !isLayerNode(arg) || !arg.layer ? '*' : arg.children.length ? `${arg.layer}.*` : arg.layer;
+      const known = (): KnownLayer[] =>
+        hub.processes().flatMap((p) => [...p.models.values()].flatMap((m) => m.tree.modules.map((x) => ({ layer: x.name, cls: x.cls }))));
+      const request = await askNamedBreakpoint(initial, known);
+      if (request) breakpoints.setNamed(request.target, request.settings);
     }),
     cmd(Commands.removeLayerBreakpoint, (arg) => {
       if (isBreakpoint(arg)) breakpoints.remove(arg.id);

@@ -15,6 +15,7 @@ export const Commands = {
   breakOnNonFiniteOff: 'hookscope.breakOnNonFiniteOff',
   gradientHealthMenu: 'hookscope.gradientHealthMenu',
   editLayerBreakpointCondition: 'hookscope.editLayerBreakpointCondition',
+  addLayerBreakpointByName: 'hookscope.addLayerBreakpointByName',
   removeLayerBreakpoint: 'hookscope.removeLayerBreakpoint',
   chooseBreakpointInstance: 'hookscope.chooseBreakpointInstance',
   removeAllLayerBreakpoints: 'hookscope.removeAllLayerBreakpoints',

@@ -27,6 +27,9 @@ def test_vectors_are_up_to_date():
     assert json.loads((VECTORS / "valid.json").read_text(encoding="utf-8")) == make_vectors.valid_vectors()
     assert json.loads((VECTORS / "invalid.json").read_text(encoding="utf-8")) == make_vectors.invalid_frames()
     assert json.loads((VECTORS / "handshake.json").read_text(encoding="utf-8")) == make_vectors.handshake_vectors()
+    assert (
+        json.loads((VECTORS / "layer_targets.json").read_text(encoding="utf-8")) == make_vectors.layer_target_vectors()
+    )
 
 
 @pytest.mark.parametrize(

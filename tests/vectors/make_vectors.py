@@ -7,12 +7,16 @@ An entry of either with "replyTo" is a reply whose body is also checked against
 that request's reply fields (validate_reply / validateReply).
 handshake.json: token, both nonces -> each role's proof (hookscope.link.handshake),
 which the TypeScript side must compute to the same bytes.
+layer_targets.json: layer names against globs, as the backend's model_index matches them
+(``fnmatch.fnmatchcase``), and typed targets read as a class or a layer name the way
+``hookscope run --break`` reads them: the editor's "Add Layer Breakpoint by Name…" previews both.
 Regenerate with `.venv/bin/python tests/vectors/make_vectors.py` after a
 protocol change; test_protocol.py fails when the files are stale.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import struct
 import sys
@@ -23,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 from hookscope.link import codec, handshake  # noqa: E402
 from hookscope.link.protocol_messages import MESSAGES_BY_TYPE  # noqa: E402
 from hookscope.link.protocol_vocabulary import MAX_FRAME_BYTES, PROTOCOL_VERSION  # noqa: E402
+from hookscope.terminal.break_spec import parse_spec  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 # Floats in the vectors are never whole numbers: JavaScript has one number type, so its encoder writes
@@ -501,13 +506,76 @@ def handshake_vectors() -> list[dict]:
     return out
 
 
+_LAYER_NAMES = [
+    "",
+    "embed",
+    "encoder",
+    "encoder.layers.0",
+    "encoder.layers.0.self_attn",
+    "encoder.layers.0.self_attn.out_proj",
+    "encoder.layers.1.linear1",
+    "encoder.layers.10.linear1",
+    "blocks.2.attn",
+    "heads.my head",
+    "heads.a]b",
+    "heads.[x]",
+    "Mixed.Case",
+]
+_GLOBS = [
+    "*",
+    "encoder.*",
+    "encoder.layers.?.linear1",
+    "encoder.layers.*.linear1",
+    "*.attn",
+    "*attn*",
+    "blocks.[0-2].attn",
+    "blocks.[!0-1].attn",
+    "heads.[]a]*",
+    "heads.a[]]b",
+    "heads.[[]x]",
+    "heads.[x",
+    "heads.my *",
+    "*.Case",
+    "mixed.*",
+    "encoder.layers.[z-a]",
+    "embed",
+    "encoder.layers.0",
+]
+_TARGET_TEXTS = [
+    "*",
+    "Linear",
+    "MultiheadAttention",
+    "Conv2d",
+    "encoder",
+    "encoder.*",
+    "Encoder.layers",
+    "L*",
+    "layer_1",
+    "X",
+]
+
+
+def layer_target_vectors() -> dict:
+    return {
+        "globs": [
+            {"glob": glob, "name": name, "match": fnmatch.fnmatchcase(name, glob)}
+            for glob in _GLOBS
+            for name in _LAYER_NAMES
+        ],
+        "targets": [
+            {"text": text, "kind": "cls" if "cls" in parse_spec(text, "v") else "layer"} for text in _TARGET_TEXTS
+        ],
+    }
+
+
 def main() -> None:
     (HERE / "valid.json").write_text(json.dumps(valid_vectors(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     (HERE / "invalid.json").write_text(json.dumps(invalid_frames(), indent=1) + "\n", encoding="utf-8")
     (HERE / "handshake.json").write_text(
         json.dumps(handshake_vectors(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    print("wrote", HERE / "valid.json", HERE / "invalid.json", HERE / "handshake.json")
+    (HERE / "layer_targets.json").write_text(json.dumps(layer_target_vectors(), indent=1) + "\n", encoding="utf-8")
+    print("wrote", HERE / "valid.json", HERE / "invalid.json", HERE / "handshake.json", HERE / "layer_targets.json")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 
 import * as vscode from 'vscode';
 import type { BreakpointCondition, LayerBreakpoint, PhaseChoice } from './model';
-import { phaseChoiceOf, phasesOf } from './model';
+import { phaseChoiceOf, phasesOf, targetLabel } from './model';
 
 interface ConditionPick extends vscode.QuickPickItem {
   kind2: BreakpointCondition['kind'] | 'hitCount' | 'phase';
@@ -25,7 +25,7 @@ export async function editCondition(bp: LayerBreakpoint): Promise<Partial<Omit<L
   const current = bp.condition?.kind ?? 'always';
   const pick = await vscode.window.showQuickPick(
     PICKS.map((p) => ({ ...p, picked: p.kind2 === current, detail: p.kind2 === current ? 'current' : undefined })),
-    { title: `Layer breakpoint ${bp.layer ?? `line ${bp.line + 1}`}`, placeHolder: 'Pause when…' },
+    { title: `Layer breakpoint ${targetLabel(bp) ?? `line ${bp.line + 1}`}`, placeHolder: 'Pause when…' },
   );
   if (!pick) return undefined;
   switch (pick.kind2) {
@@ -65,15 +65,15 @@ export async function editCondition(bp: LayerBreakpoint): Promise<Partial<Omit<L
   }
 }
 
+/** Forward, backward or both; `current` (the breakpoint's, or the one suggested) comes first, focused. */
 export async function pickPhase(current?: PhaseChoice): Promise<PhaseChoice | undefined> {
   const items: (vscode.QuickPickItem & { value: PhaseChoice })[] = [
     { value: 'forward', label: 'Forward', description: 'after the layer computes its output' },
     { value: 'backward', label: 'Backward', description: 'when its gradients are computed' },
     { value: 'both', label: 'Forward and backward' },
   ];
-  const pick = await vscode.window.showQuickPick(items.map((i) => ({ ...i, picked: i.value === current })), {
-    title: 'Layer breakpoint phase',
-  });
+  const ordered = [...items.filter((i) => i.value === current), ...items.filter((i) => i.value !== current)];
+  const pick = await vscode.window.showQuickPick(ordered, { title: 'Layer breakpoint phase' });
   return pick?.value;
 }
 

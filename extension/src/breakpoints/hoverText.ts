@@ -3,7 +3,7 @@
 // key can be any string): they go in with appendText, which escapes Markdown and theme icons,
 // never with appendMarkdown. Kept apart from vscode so unit tests can check the value.
 
-import { describeCondition, phaseChoiceOf, type BreakpointStatus, type LayerBreakpoint } from './model';
+import { describeCondition, phaseChoiceOf, targetLabel, type BreakpointStatus, type LayerBreakpoint } from './model';
 
 /** The part of vscode.MarkdownString written here. */
 export interface MarkdownSink {
@@ -16,7 +16,8 @@ export function writeBreakpointHover(md: MarkdownSink, bp: LayerBreakpoint, stat
   const condition = describeCondition(bp);
   md.appendMarkdown(`**Layer breakpoint** (${phaseChoiceOf(bp.phases)})`);
   if (condition) md.appendMarkdown(' — ').appendText(condition);
-  if (bp.layer) md.appendMarkdown('\n\nlayer ').appendText(bp.layer);
+  const target = targetLabel(bp);
+  if (target) md.appendMarkdown('\n\nlayer ').appendText(target);
   if (bp.instance) {
     md.appendMarkdown('\n\nstops only in ').appendText(bp.instance);
     md.appendMarkdown(' (the instance chosen among the layers this line stands for)');
@@ -28,5 +29,5 @@ export function writeBreakpointHover(md: MarkdownSink, bp: LayerBreakpoint, stat
 /** The tree row's tooltip when the breakpoint has a problem (a MarkdownString with theme icons on). */
 export function writeProblemTooltip(md: MarkdownSink, bp: LayerBreakpoint, problem: string): void {
   md.appendMarkdown('$(warning) **').appendText(problem);
-  md.appendMarkdown('**\n\n').appendText(bp.file ? `${bp.file}:${bp.line + 1}` : bp.layer ?? '');
+  md.appendMarkdown('**\n\n').appendText(bp.file ? `${bp.file}:${bp.line + 1}` : targetLabel(bp) ?? '');
 }

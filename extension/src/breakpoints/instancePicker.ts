@@ -77,7 +77,7 @@ export class InstancePicker implements vscode.Disposable {
   /** "Choose Instance…": forget the answer; the next resolution (every layer of the line again) asks. */
   private chooseAgain(arg: unknown): void {
     const bp = isBreakpoint(arg) ? this.manager.model.get(arg.id) : undefined;
-    if (!bp || bp.layer) return;
+    if (!bp || bp.layer || bp.cls) return;
     this.dismissed.delete(bp.id);
     this.manager.update(bp.id, { instance: undefined, allInstances: undefined });
   }

@@ -15,6 +15,7 @@ import {
   phaseChoiceOf,
   type BreakpointStatus,
   type LayerBreakpoint,
+  type LayerTarget,
   type LineChange,
   type PhaseChoice,
 } from './model';
@@ -87,6 +88,14 @@ export class LayerBreakpointManager implements vscode.Disposable {
     const removed = on ? [] : this.model.removeLineBreakpointsCovering(layer, (id) => this.statuses.get(id)?.layers ?? []);
     this.log.event('breakpoint.layerPhase', { layer, phase, on, id: bp?.id ?? null, removedLineBreakpoints: removed.map((b) => b.id) });
     this.changed();
+  }
+
+  /** "Add Layer Breakpoint by Name…": layers named by a name, glob or class (one breakpoint per target). */
+  setNamed(target: LayerTarget, settings: Pick<LayerBreakpoint, 'phases' | 'condition' | 'hitCount'>): LayerBreakpoint {
+    const bp = this.model.setNamed(target, settings);
+    this.log.event('breakpoint.named', { id: bp.id, layer: bp.layer ?? null, cls: bp.cls ?? null, phases: bp.phases, condition: bp.condition ?? null });
+    this.changed();
+    return bp;
   }
 
   update(id: string, patch: Partial<Omit<LayerBreakpoint, 'id'>>): void {

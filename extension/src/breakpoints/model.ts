@@ -1,9 +1,10 @@
 // Layer breakpoints as the editor keeps them: pure data and operations, no `vscode`.
 //
 // A breakpoint sits on a source line (a layer's definition `self.conv1 = nn.Conv2d(...)`,
-// a call site `x = self.conv1(x)` or an `nn.Sequential` entry) or, when made from the
-// Layers tree, on a layer name. It follows edits that move its line, turns into the
-// protocol's BreakpointSpec, and carries what each connected process resolved it to.
+// a call site `x = self.conv1(x)` or an `nn.Sequential` entry), on a layer name (made from
+// the Layers tree), or on layers named by a glob or a class ("Add Layer Breakpoint by Name…").
+// It follows edits that move its line, turns into the protocol's BreakpointSpec, and carries
+// what each connected process resolved it to.
 
 import type { BreakpointSpec, Condition, Phase } from '../protocol/messages.gen';
 
@@ -20,8 +21,14 @@ export interface LayerBreakpoint {
   file: string;
   /** 0-based line, as the editor counts. */
   line: number;
-  /** Set when the breakpoint names a layer rather than a line (made from the Layers tree). */
+  /**
+   * Set when the breakpoint names a layer rather than a line: a qualified name (made from the
+   * Layers tree, or typed) or a glob over qualified names (`*`, `blocks.*.attn`). A named
+   * breakpoint without a line has an empty `uri` and `file`.
+   */
   layer?: string;
+  /** Set when the breakpoint names a class (`Linear`): every layer of that class. */
+  cls?: string;
   /**
    * A line that makes or calls several layers (a definition used by every block): the one layer
    * the user chose to stop in. Sent with the line, so the backend selects it alone.
@@ -76,7 +83,7 @@ export function describeCondition(bp: Pick<LayerBreakpoint, 'condition' | 'hitCo
  * several layers (every instance of a block class, say) and the user has not answered yet.
  */
 export function needsInstanceChoice(bp: LayerBreakpoint, status: BreakpointStatus | undefined): boolean {
-  return !bp.layer && bp.enabled && bp.instance === undefined && !bp.allInstances && (status?.layers.length ?? 0) > 1;
+  return !bp.layer && !bp.cls && bp.enabled && bp.instance === undefined && !bp.allInstances && (status?.layers.length ?? 0) > 1;
 }
 
 export interface InstanceChoice {
@@ -100,11 +107,99 @@ export function describeInstances(bp: Pick<LayerBreakpoint, 'instance' | 'allIns
   return `→ ${layers.length <= 2 ? layers.join(', ') : `${layers.length} layers`}`;
 }
 
+/** The layers a breakpoint made by name stands for: a qualified name or a glob, or a class. */
+export type LayerTarget = { layer: string; cls?: undefined } | { cls: string; layer?: undefined };
+
+const CLASS_NAME = /^[A-Z][A-Za-z0-9_]*$/;
+const GLOB_CHARS = /[*?[]/;
+
+/**
+ * What was typed into "Add Layer Breakpoint by Name…", read as `hookscope run --break` reads it:
+ * a capitalized name without a dot or glob character is a class (`Linear`); anything else is a
+ * qualified name or a glob over qualified names (`*` crosses dots: `encoder.*` is everything
+ * inside the encoder). Returns the reason when the text cannot be a target.
+ */
+export function parseLayerTarget(text: string): LayerTarget | { error: string } {
+  const target = text.trim();
+  if (!target) return { error: 'Enter a layer name (encoder.layers.0), a glob (*, blocks.*.attn) or a class (Linear)' };
+  return CLASS_NAME.test(target) ? { cls: target } : { layer: target };
+}
+
+/**
+ * Whether a qualified layer name matches a glob, as Python's `fnmatch.fnmatchcase` (the backend's
+ * test) decides: `*` any run of characters, dots included; `?` one; `[seq]` and `[!seq]` sets.
+ * Only the editor's preview of the matches depends on it: the backend resolves the breakpoint.
+ */
+export function globMatches(name: string, glob: string): boolean {
+  let source = '';
+  for (let i = 0; i < glob.length; i += 1) {
+    const c = glob[i];
+    if (c === '*') source += '.*';
+    else if (c === '?') source += '.';
+    else if (c === '[') {
+      let j = i + 1;
+      if (glob[j] === '!') j += 1;
+      if (glob[j] === ']') j += 1; // a ']' first in the set is one of its characters
+      const end = glob.indexOf(']', j);
+      if (end < 0) {
+        source += '\\['; // no closing ']': a literal '['
+        continue;
+      }
+      let set = glob.slice(i + 1, end).replace(/[\\\]^]/g, '\\$&');
+      if (set.startsWith('!')) set = `^${set.slice(1)}`;
+      source += `[${set}]`;
+      i = end;
+    } else source += c.replace(/[.+^${}()|\\[\]]/g, '\\$&');
+  }
+  try {
+    return new RegExp(`^(?:${source})$`, 's').test(name);
+  } catch {
+    return false; // a set Python reads as empty (a reversed range such as [z-a])
+  }
+}
+
+/** A layer of a connected model, as the preview of a named breakpoint matches it. */
+export interface KnownLayer {
+  layer: string;
+  cls?: string;
+}
+
+/** The layers among `layers` that a target selects (the backend's model_index.resolve, for the editor's preview). */
+export function layersMatching(target: LayerTarget, layers: readonly KnownLayer[]): string[] {
+  if (target.cls !== undefined) return layers.filter((l) => l.cls === target.cls).map((l) => l.layer);
+  const glob = GLOB_CHARS.test(target.layer);
+  return layers.filter((l) => (glob ? globMatches(l.layer, target.layer) : l.layer === target.layer)).map((l) => l.layer);
+}
+
+/** A gradient-norm condition looks at gradients (backward); NaN/Inf and abs-max at both passes. */
+export function suggestedPhase(condition: LayerBreakpoint['condition']): PhaseChoice {
+  if (condition?.kind === 'grad_norm_above' || condition?.kind === 'grad_norm_below') return 'backward';
+  if (condition?.kind === 'nonfinite' || condition?.kind === 'absmax_above') return 'both';
+  return 'forward';
+}
+
+/** The preview under the input box: how many layers the text selects now, and which. */
+export function describeMatches(target: LayerTarget, known: readonly KnownLayer[]): string {
+  if (known.length === 0) return 'No model is connected yet: the layers are matched when the program runs.';
+  const names = [...new Set(layersMatching(target, known))];
+  if (names.length === 0) return 'Matches no layer of the connected models yet (it stays, and applies when one appears).';
+  const shown = names.slice(0, 6).map((n) => n || '(the model)').join(', ');
+  const more = names.length > 6 ? `, … ${names.length - 6} more` : '';
+  const many = names.length > 1 ? ' A value condition on these is checked once per step.' : '';
+  return `Matches ${names.length} layer${names.length === 1 ? '' : 's'}: ${shown}${more}.${many}`;
+}
+
+/** How a breakpoint names its layers in rows, hovers and titles: the layer or glob, `class Linear`, else undefined (a line). */
+export function targetLabel(bp: Pick<LayerBreakpoint, 'layer' | 'cls'>): string | undefined {
+  return bp.layer ?? (bp.cls !== undefined ? `class ${bp.cls}` : undefined);
+}
+
 /** The protocol form of a breakpoint. */
 export function toSpec(bp: LayerBreakpoint): BreakpointSpec {
   const spec: BreakpointSpec = { id: bp.id, phases: [...bp.phases], enabled: bp.enabled };
-  if (bp.layer) {
-    spec.layer = bp.layer;
+  if (bp.layer || bp.cls) {
+    if (bp.layer) spec.layer = bp.layer;
+    if (bp.cls) spec.cls = bp.cls;
   } else {
     spec.file = bp.file;
     spec.line = bp.line + 1;
@@ -175,6 +270,24 @@ export class BreakpointModel {
 
   forLayer(layer: string): LayerBreakpoint | undefined {
     return this.items.find((bp) => bp.layer === layer);
+  }
+
+  /** The breakpoint that names exactly these layers (the same name, glob or class), if any. */
+  forTarget(target: LayerTarget): LayerBreakpoint | undefined {
+    return target.cls !== undefined ? this.items.find((bp) => bp.cls === target.cls) : this.forLayer(target.layer);
+  }
+
+  /**
+   * A breakpoint on layers named by a name, glob or class, with its phases and condition; one
+   * that names the same layers already is changed instead, so a target has one breakpoint.
+   */
+  setNamed(target: LayerTarget, settings: Pick<LayerBreakpoint, 'phases' | 'condition' | 'hitCount'>): LayerBreakpoint {
+    const existing = this.forTarget(target);
+    if (existing) {
+      return this.update(existing.id, { ...settings, enabled: true }) ?? existing;
+    }
+    const named = target.cls !== undefined ? { cls: target.cls } : { layer: target.layer };
+    return this.add({ uri: '', file: '', line: 0, ...named, ...settings, enabled: true });
   }
 
   inDocument(uri: string): LayerBreakpoint[] {
@@ -306,6 +419,8 @@ export function isLayerBreakpoint(value: unknown): value is LayerBreakpoint {
     !!v && typeof v === 'object' && typeof v.id === 'string' && typeof v.uri === 'string' &&
     typeof v.file === 'string' && Number.isInteger(v.line) && v.line >= 0 && Array.isArray(v.phases) &&
     v.phases.length > 0 && typeof v.enabled === 'boolean' &&
+    (v.layer === undefined || typeof v.layer === 'string') &&
+    (v.cls === undefined || typeof v.cls === 'string') &&
     (v.instance === undefined || typeof v.instance === 'string') &&
     (v.allInstances === undefined || typeof v.allInstances === 'boolean')
   );

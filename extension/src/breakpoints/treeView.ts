@@ -6,7 +6,7 @@ import * as vscode from 'vscode';
 import { Commands, Views } from '../constants';
 import { writeProblemTooltip } from './hoverText';
 import type { LayerBreakpointManager } from './manager';
-import { describeCondition, describeInstances, phaseChoiceOf, type LayerBreakpoint } from './model';
+import { describeCondition, describeInstances, phaseChoiceOf, targetLabel, type LayerBreakpoint } from './model';
 
 export class LayerBreakpointsView implements vscode.TreeDataProvider<LayerBreakpoint>, vscode.Disposable {
   private readonly changeEmitter = new vscode.EventEmitter<LayerBreakpoint | undefined>();
@@ -30,7 +30,9 @@ export class LayerBreakpointsView implements vscode.TreeDataProvider<LayerBreakp
   refresh(): void {
     const n = this.manager.all().length;
     this.view.description = n ? `${n}` : undefined;
-    this.view.message = n ? undefined : 'No layer breakpoints. Put the cursor on a layer line and run "Hookscope: Toggle Layer Breakpoint" (Ctrl+Alt+F9).';
+    this.view.message = n
+      ? undefined
+      : 'No layer breakpoints. Put the cursor on a layer line and run "Hookscope: Toggle Layer Breakpoint" (Ctrl+Alt+F9), or press + to stop in layers by name, glob (*) or class.';
     this.changeEmitter.fire(undefined);
   }
 
@@ -42,11 +44,12 @@ export class LayerBreakpointsView implements vscode.TreeDataProvider<LayerBreakp
   getTreeItem(bp: LayerBreakpoint): vscode.TreeItem {
     const status = this.manager.status(bp.id);
     const where = bp.file ? `${path.basename(bp.file)}:${bp.line + 1}` : '';
-    const item = new vscode.TreeItem(bp.layer ?? where, vscode.TreeItemCollapsibleState.None);
+    const target = targetLabel(bp);
+    const item = new vscode.TreeItem(target ?? where, vscode.TreeItemCollapsibleState.None);
     item.id = bp.id;
     const condition = describeCondition(bp);
     const parts: string[] = [phaseChoiceOf(bp.phases)];
-    if (bp.layer && where) parts.push(where);
+    if (target && where) parts.push(where);
     if (condition) parts.push(condition);
     const instances = describeInstances(bp, status?.layers ?? []);
     if (instances) parts.push(instances);
@@ -60,7 +63,7 @@ export class LayerBreakpointsView implements vscode.TreeDataProvider<LayerBreakp
     } else {
       item.iconPath = new vscode.ThemeIcon(bp.enabled ? 'debug-breakpoint-data' : 'debug-breakpoint-data-unverified');
       item.tooltip = [
-        bp.layer ? `layer ${bp.layer}` : `${bp.file}:${bp.line + 1}`,
+        target ? `layer ${target}` : `${bp.file}:${bp.line + 1}`,
         `phases: ${bp.phases.join(', ')}`,
         condition ? `condition: ${condition}` : '',
         status?.layers.length ? `matches: ${status.layers.join(', ')}` : 'not resolved yet (no process connected)',

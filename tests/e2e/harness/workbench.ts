@@ -112,6 +112,18 @@ export class Workbench {
     return shown;
   }
 
+  /** An input box an extension shows: `value` typed in (no Enter), then the message under it once it reads `expected`. */
+  async typeInInputBox(value: string, expected: RegExp, options: WaitOptions = {}): Promise<string> {
+    const input = this.quickInput().locator('input.input');
+    await input.waitFor({ state: 'visible', timeout: 15_000 });
+    await input.fill(value);
+    const message = this.quickInput().locator('.quick-input-message');
+    return waitFor(`the input box to say ${expected}`, async () => {
+      const text = ((await message.count()) > 0 ? await message.first().innerText() : '').replace(/\s+/g, ' ').trim();
+      return expected.test(text) ? text : false;
+    }, { timeoutMs: 15_000, ...options });
+  }
+
   /** Quick open (the palette without '>'): opens `relativePath` and waits for its tab to be active. */
   async openFile(relativePath: string): Promise<void> {
     const input = await this.openQuickInput();
