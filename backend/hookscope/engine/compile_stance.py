@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from hookscope.engine import step_counter
 from hookscope.engine.state import EngineState
 
 
@@ -48,7 +49,7 @@ class CompileStance(EngineState):
                 # torch.compile(m) wraps m: the wrapper's own hooks fire, those below it do not.
                 # m.compile() compiles m's own call: its hooks and those below it do not.
                 wrapped = [n for n, m in model.named_modules() if type(m).__name__ == "OptimizedModule"]
-                in_place = [n for n, m in model.named_modules() if getattr(m, "_compiled_call_impl", None)]
+                in_place = [n for n, m in model.named_modules() if step_counter.compiled_call(m) is not None]
                 for layer in layers:
                     below = any(r == "" and layer != "" or layer.startswith(r + ".") for r in wrapped)
                     at_or_below = any(r == "" or layer == r or layer.startswith(r + ".") for r in in_place)

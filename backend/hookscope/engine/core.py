@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from hookscope.engine import step_counter
 from hookscope.engine.break_requests import BreakRequests
 from hookscope.engine.breakpoints import LayerBreakpoints
 from hookscope.engine.hits import HitReporter
@@ -30,6 +31,7 @@ from hookscope.engine.model_index import ModelIndex
 from hookscope.engine.panel_requests import PanelRequests
 from hookscope.engine.replay.nonfinite import NonFiniteWatch
 from hookscope.hooks import copy_safety
+from hookscope.hooks.conditions import REPLAY
 from hookscope.hooks.kept_outputs import BreakpointOutputs
 from hookscope.hooks.summary_budget import DEFAULT_SHARE as DEFAULT_SUMMARY_SHARE
 from hookscope.hooks.summary_budget import SummaryBudget
@@ -103,6 +105,7 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
         with self._lock:
             self._indexes[model_id] = ModelIndex(model_id, model, locations)
             self._steps.setdefault(model_id, 0)
+            step_counter.install(model, model_id, self._steps, REPLAY)
             if self._shapes_wanted:
                 self._arm_shapes(model_id, model)
             if self._sentinels_on:
@@ -122,6 +125,8 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
             index = self._indexes.pop(model_id, None)
             if index is None:
                 return
+            if index.model is not None:
+                step_counter.remove(index.model)
             self._nonfinite.remove_model(model_id)
             for key in [k for k in self._watches if k[0] == model_id]:
                 self._drop_watch(self._watches.pop(key))
@@ -227,6 +232,9 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
                 handle.remove()
                 removed += 1
             self._root_handles.clear()
+            for index in self._indexes.values():
+                if index.model is not None:
+                    step_counter.remove(index.model)
             self._last_args.clear()
             self._last_output.clear()
             self._rendered.clear()

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from hookscope.engine import creation_sites
+from hookscope.engine import creation_sites, step_counter
 from hookscope.engine.creation_sites import TORCH_MODULE_FILE, install_creation_hook, is_module, origin_of
 from hookscope.engine.source_locations import location_in_source
 
@@ -60,9 +60,7 @@ def describe(model_id: str, root: Any, name: str | None = None) -> dict[str, Any
     by_name = dict(named)
     # torch.compile(m) wraps m in an OptimizedModule; m.compile() compiles m's own call in place.
     compiled_prefixes = [
-        n
-        for n, m in named
-        if type(m).__name__ == "OptimizedModule" or getattr(m, "_compiled_call_impl", None) is not None
+        n for n, m in named if type(m).__name__ == "OptimizedModule" or step_counter.compiled_call(m) is not None
     ]
     modules: list[dict[str, Any]] = []
     for qname, module in named:

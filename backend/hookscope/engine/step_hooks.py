@@ -1,4 +1,5 @@
-"""Root step hooks (a step counter per model) and the one-shot shape capture at the first forward."""
+"""Root step hooks (the last call's inputs, the watches due, the step count where step_counter.py cannot keep it)
+and the one-shot shape capture at the first forward."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookscope.engine import step_counter
 from hookscope.engine.watches import ARM_AHEAD_S, WatchSampler
 from hookscope.hooks import summaries
 from hookscope.hooks.conditions import REPLAY
@@ -48,7 +50,7 @@ class StepHooks(WatchSampler):
         )
 
     def _sync_root_hooks(self) -> None:
-        """The step counter on each root exists exactly while something is hooked on that model."""
+        """The step hook on each root exists exactly while something is hooked on that model."""
         for model_id, index in self._indexes.items():
             wanted = self._model_active(model_id) and index.model is not None
             handle = self._root_handles.get(model_id)
@@ -69,7 +71,8 @@ class StepHooks(WatchSampler):
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> None:
             if REPLAY.depth or kwargs is CALLED_WITHOUT_KWARGS:  # removed_hooks
                 return
-            self._steps[model_id] = self._steps.get(model_id, 0) + 1
+            if not step_counter.counts(module, model_id):  # compiled in place, or an older torch
+                self._steps[model_id] = self._steps.get(model_id, 0) + 1
             self._last_args[model_id] = (args, kwargs)
             if time.monotonic() + ARM_AHEAD_S >= self._arm_at:
                 self._arm_due()

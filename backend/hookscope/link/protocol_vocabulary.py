@@ -79,8 +79,8 @@ PHASES = ("forward_pre", "forward", "backward", "param_grad")
 (outputs), on the module's gradients, and on each parameter's ``.grad``."""
 
 STEP_MEANING = (
-    "step: forward calls of the model's root seen while Hookscope watches the model "
-    "(a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)`"
+    "step: forward calls of the model's root since Hookscope found the model (whatever was watched "
+    "then, so a breakpoint added mid-run reads the program's step), counted from 0 like `for step in range(n)`"
 )
 """What every ``step`` in the protocol counts (the panel and status show it as the step's tooltip)."""
 

@@ -204,7 +204,7 @@ export interface ImageSubject {
   layer?: string;
   /** 'output', 'grad_output[0]', 'parameter gradients', 'Grad-CAM'... */
   tensor: string;
-  /** step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
+  /** step: forward calls of the model's root since Hookscope found the model (whatever was watched then, so a breakpoint added mid-run reads the program's step), counted from 0 like `for step in range(n)` */
   step?: number;
   /** the phase of the stop it was taken at ('' when live) */
   phase?: string;
@@ -510,7 +510,7 @@ export interface HitMessage {
   phase: Phase;
   /** human-readable reason shown as the stop reason */
   reason: string;
-  /** step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
+  /** step: forward calls of the model's root since Hookscope found the model (whatever was watched then, so a breakpoint added mid-run reads the program's step), counted from 0 like `for step in range(n)` */
   step: number;
   /** TensorSummary of inputs/outputs/gradients */
   summaries: TensorSummary[];
@@ -537,7 +537,7 @@ export interface SummariesMessage {
   layer: string;
   /** one of PHASES */
   phase: Phase;
-  /** step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
+  /** step: forward calls of the model's root since Hookscope found the model (whatever was watched then, so a breakpoint added mid-run reads the program's step), counted from 0 like `for step in range(n)` */
   step: number;
   /** TensorSummary list */
   tensors: TensorSummary[];
@@ -713,7 +713,7 @@ export interface GetSummariesResult {
   layer: string;
   /** TensorSummary list (inputs, outputs, gradients, parameter grads) */
   tensors: TensorSummary[];
-  /** the step they were taken at; step: forward calls of the model's root seen while Hookscope watches the model (a breakpoint, break on NaN/Inf, a watched layer), counted from 0 like `for step in range(n)` */
+  /** the step they were taken at; step: forward calls of the model's root since Hookscope found the model (whatever was watched then, so a breakpoint added mid-run reads the program's step), counted from 0 like `for step in range(n)` */
   step: number;
 }
 

@@ -39,8 +39,8 @@ export interface PanelStop {
 
 /** What a "step N" counts (protocol.STEP_MEANING): the tooltip wherever a step number shows. */
 export const STEP_TOOLTIP =
-  "step N: the model's (N+1)th forward call since Hookscope began watching it (a breakpoint, break on NaN/Inf or a " +
-  'watched layer), counted from 0 like `for step in range(n)`.';
+  "step N: the model's (N+1)th forward call since Hookscope found the model (a breakpoint added mid-run " +
+  'reads the same step as your loop), counted from 0 like `for step in range(n)`.';
 
 /** Everything the panel shows, recomputed by the host on each change. */
 export interface PanelView {

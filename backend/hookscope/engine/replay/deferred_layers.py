@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
+from hookscope.engine import step_counter
 from hookscope.engine.replay.deferred_values import FLUSH_BYTES, FLUSH_COUNT, StepValues, Track
 from hookscope.hooks.conditions import REPLAY, HookEvent
 from hookscope.hooks.copy_safety import is_hookscope_hook
@@ -389,7 +390,7 @@ def may_wrap(module: nn.Module) -> bool:
     else's forward or forward-pre hooks (they may replace its inputs or output: the values the
     exact test sees), or runs compiled (dynamo would trace the wrapper).
     """
-    if getattr(module, "_compiled_call_impl", None) is not None or type(module).__name__ == "OptimizedModule":
+    if step_counter.compiled_call(module) is not None or type(module).__name__ == "OptimizedModule":
         return False
     for hooks in (module._forward_hooks, module._forward_pre_hooks, _global_forward_hooks, _global_forward_pre_hooks):
         for hook in hooks.values():
