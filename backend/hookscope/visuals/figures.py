@@ -222,8 +222,9 @@ def gradient_flow(
     n = max(len(layers), 1)
     longest = max([len(layer["name"] or "(root)") for layer in layers] + [4])
     label_in = min(0.05 * longest, 2.5)  # rotated tick labels at 7 pt
-    fig = new_figure(min(max(6.0, 0.35 * n + 2.0), 24.0), 3.4 + label_in)
-    set_margins(fig, 0.75, 0.35 + label_in)
+    legend_in = 0.42  # two rows of the legend, above the plot: inside it, it hid the tallest bars
+    fig = new_figure(min(max(6.0, 0.35 * n + 2.0), 24.0), 3.4 + label_in + legend_in)
+    set_margins(fig, 0.75, 0.35 + label_in, top_in=0.35 + legend_in)
     ax = fig.add_subplot(1, 1, 1)
     floor = min(vanishing / 100.0, 1e-12)
     xs = np.arange(len(layers))
@@ -264,8 +265,8 @@ def gradient_flow(
         if highlight is not None and layer["name"] == highlight:
             label.set_fontweight("bold")
     ax.set_ylabel("gradient norm" if metric == "norm" else "|grad|")
-    ax.set_title(title or "Gradient flow", fontsize=10)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(title or "Gradient flow", fontsize=10, pad=8 + legend_in * 72)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=3, frameon=False, borderaxespad=0.2)
     return figure_image(fig, meta)
 
 

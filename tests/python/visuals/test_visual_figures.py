@@ -33,6 +33,21 @@ def test_gradient_flow_flags_layers(pixels):
     assert pixels(im.png).shape == (im.height, im.width, 3)
 
 
+def test_gradient_flow_legend_leaves_the_bars_in_view(pixels):
+    """The legend sits above the plot: the exploding band runs unbroken across the plot's top, where a
+    legend inside the axes hid the tallest bars."""
+    torch.manual_seed(0)
+    m = nn.Sequential(*[nn.Linear(4, 4) for _ in range(8)])
+    m(torch.randn(3, 4)).sum().backward()
+    img = pixels(gradient_flow(m.named_parameters(), exploding=1e3).png).astype(int)
+    band = (abs(img[..., 0] - 251) <= 3) & (abs(img[..., 1] - 232) <= 4) & (abs(img[..., 2] - 232) <= 4)
+    rows = [r for r in range(img.shape[0]) if band[r].sum() > img.shape[1] // 3]
+    assert rows, "the exploding band (#e06666 at 15% over white) is drawn"
+    for r in rows[:3]:  # just under the plot's top edge
+        cols = band[r].nonzero()[0]
+        assert band[r, cols[0] : cols[-1] + 1].all(), f"row {r}: something covers the band"
+
+
 def test_gradient_flow_numbers_match_torch():
     m = model_with_grads()
     im = gradient_flow(m.named_parameters())
