@@ -5,7 +5,7 @@ import * as vscode from 'vscode';
 import type { BackendHub } from './backend/hub';
 import { editCondition, pickPhase } from './breakpoints/conditionEditor';
 import type { LayerBreakpointManager } from './breakpoints/manager';
-import { targetLabel, type KnownLayer, type LayerBreakpoint, type PhaseChoice } from './breakpoints/model';
+import { proposedTarget, targetLabel, type KnownLayer, type LayerBreakpoint, type PhaseChoice } from './breakpoints/model';
 import { askNamedBreakpoint } from './breakpoints/namedBreakpoint';
 import type { ExtensionLog } from './common/log';
 import {
@@ -199,9 +199,7 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
       }
     }),
     cmd(Commands.addLayerBreakpointByName, async (arg) => {
-      // From a Layers tree row: the layers inside it (the model's row: every layer), a leaf itself;
-      // from the palette or the Layer Breakpoints view: every layer.
-      const initial = !isLayerNode(arg) || !arg.layer ? '*' : arg.children.length ? `${arg.layer}.*` : arg.layer;
+      const initial = proposedTarget(isLayerNode(arg) ? arg : undefined);
       const known = (): KnownLayer[] =>
         hub.processes().flatMap((p) => [...p.models.values()].flatMap((m) => m.tree.modules.map((x) => ({ layer: x.name, cls: x.cls }))));
       const request = await askNamedBreakpoint(initial, known);

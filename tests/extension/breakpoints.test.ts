@@ -16,6 +16,7 @@ import {
   needsInstanceChoice,
   mapLine,
   parseLayerTarget,
+  proposedTarget,
   suggestedPhase,
   targetLabel,
   toSpec,
@@ -140,6 +141,13 @@ describe('breakpoints: named by a layer, a glob or a class', () => {
     assert.match(describeMatches({ layer: '*' }, []), /^No model is connected yet/);
     const many = Array.from({ length: 9 }, (_, i) => ({ layer: `l${i}` }));
     assert.match(describeMatches({ layer: 'l*' }, many), /^Matches 9 layers: l0, l1, l2, l3, l4, l5, … 3 more\./);
+  });
+
+  it('proposes every layer, the layers inside a container, or a leaf itself', () => {
+    assert.equal(proposedTarget(), '*');
+    assert.equal(proposedTarget({ layer: '', children: [{}] }), '*'); // the model's row
+    assert.equal(proposedTarget({ layer: 'encoder', children: [{}, {}] }), 'encoder.*');
+    assert.equal(proposedTarget({ layer: 'encoder.layers.0.linear1', children: [] }), 'encoder.layers.0.linear1');
   });
 
   it('suggests the phase a condition looks at', () => {

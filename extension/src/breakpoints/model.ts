@@ -189,6 +189,15 @@ export function describeMatches(target: LayerTarget, known: readonly KnownLayer[
   return `Matches ${names.length} layer${names.length === 1 ? '' : 's'}: ${shown}${more}.${many}`;
 }
 
+/**
+ * What "Add Layer Breakpoint by Name…" proposes for a Layers tree row: the layers inside a
+ * container (`encoder.*`), a leaf itself, every layer for the model's row (no name) or no row.
+ */
+export function proposedTarget(row?: { layer?: string; children: readonly unknown[] }): string {
+  if (!row?.layer) return '*';
+  return row.children.length ? `${row.layer}.*` : row.layer;
+}
+
 /** How a breakpoint names its layers in rows, hovers and titles: the layer or glob, `class Linear`, else undefined (a line). */
 export function targetLabel(bp: Pick<LayerBreakpoint, 'layer' | 'cls'>): string | undefined {
   return bp.layer ?? (bp.cls !== undefined ? `class ${bp.cls}` : undefined);
