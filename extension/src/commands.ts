@@ -5,7 +5,8 @@ import * as vscode from 'vscode';
 import type { BackendHub } from './backend/hub';
 import { editCondition, pickPhase } from './breakpoints/conditionEditor';
 import type { LayerBreakpointManager } from './breakpoints/manager';
-import { proposedTarget, targetLabel, type KnownLayer, type LayerBreakpoint, type PhaseChoice } from './breakpoints/model';
+import { proposedTarget, type KnownLayer } from './breakpoints/layerTargets';
+import { targetLabel, type LayerBreakpoint, type PhaseChoice } from './breakpoints/model';
 import { askNamedBreakpoint } from './breakpoints/namedBreakpoint';
 import type { ExtensionLog } from './common/log';
 import {

@@ -8,6 +8,7 @@ import { resolutionsJudgeable, type BackendHub } from '../backend/hub';
 import type { ExtensionLog } from '../common/log';
 import { StateKeys } from '../constants';
 import { writeBreakpointHover } from './hoverText';
+import type { LayerTarget } from './layerTargets';
 import { layersAtLine, type LayerRef } from './lineLayers';
 import {
   BreakpointModel,
@@ -15,7 +16,6 @@ import {
   phaseChoiceOf,
   type BreakpointStatus,
   type LayerBreakpoint,
-  type LayerTarget,
   type LineChange,
   type PhaseChoice,
 } from './model';

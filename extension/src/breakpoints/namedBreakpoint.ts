@@ -4,16 +4,8 @@
 
 import * as vscode from 'vscode';
 import { editCondition, pickPhase } from './conditionEditor';
-import {
-  describeMatches,
-  parseLayerTarget,
-  phaseChoiceOf,
-  phasesOf,
-  suggestedPhase,
-  type KnownLayer,
-  type LayerBreakpoint,
-  type LayerTarget,
-} from './model';
+import { describeMatches, parseLayerTarget, suggestedPhase, type KnownLayer, type LayerTarget } from './layerTargets';
+import { phaseChoiceOf, phasesOf, type LayerBreakpoint } from './model';
 
 /** What the user asked for: the layers, and the breakpoint's phases and condition. */
 export interface NamedBreakpointRequest {
