@@ -179,7 +179,8 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
         return {"hooks": list(result.get("hooks", [])), "leaks": list(result.get("leaks", []))}
 
     def _req_removeHooks(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"removed": self.shutdown()}
+        # "Remove All Hookscope Hooks": the step counters are no hooks, and later stops keep the program's steps
+        return {"removed": self.shutdown(keep_step_counters=True)}
 
     def _req_bye(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"removed": self.shutdown()}
@@ -209,8 +210,9 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
 
     # ------------------------------------------------------------------ shutdown
 
-    def shutdown(self) -> int:
-        """Remove every hook Hookscope added; returns how many."""
+    def shutdown(self, keep_step_counters: bool = False) -> int:
+        """Remove every hook Hookscope added, and the step counters unless ``keep_step_counters``;
+        returns how many hooks."""
         with self._lock:
             removed = self._breakpoints.clear()
             removed += self._bp_outputs.clear()
@@ -233,7 +235,7 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
                 removed += 1
             self._root_handles.clear()
             for index in self._indexes.values():
-                if index.model is not None:
+                if index.model is not None and not keep_step_counters:
                     step_counter.remove(index.model)
             self._last_args.clear()
             self._last_output.clear()

@@ -116,6 +116,19 @@ def test_a_model_compiled_in_place_keeps_its_compiled_call(setup):
     assert vars(other)["_compiled_call_impl"] is compiled
 
 
+def test_removing_all_hooks_keeps_counting_steps(setup):
+    """Remove All Hookscope Hooks takes every hook off; a breakpoint set after it still reads the program's step."""
+    model, engine = setup
+    hits = stop_steps(engine, layer="fc2")
+    step(model, 0)
+    assert engine.handle({"type": "removeHooks", "id": 1})["removed"] > 0
+    assert hooks_left(model) == [] and engine.hook_count == 0
+    step(model, 1)
+    engine.set_breakpoints([{"id": "again", "layer": "fc2", "callback": hits.append}])
+    step(model, 2)
+    assert [h.step for h in hits] == [0, 2]
+
+
 def test_the_counter_goes_with_the_model_and_with_the_engine(setup):
     model, engine = setup
     engine.remove_model("m")
