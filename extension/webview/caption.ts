@@ -54,7 +54,8 @@ export function describeImage(meta: ImageMeta): string {
       break;
     case 'gradient_flow': {
       const flagged = meta.flagged?.length ?? 0;
-      parts.push('mean and max |grad| per layer, log scale');
+      // 'norm' (a gradient-health stop): what its switches compare; else the mean and max |grad|
+      parts.push(meta.metric === 'norm' ? "each layer's gradient norm and its largest parameter's, log scale" : 'mean and max |grad| per layer, log scale');
       if (flagged) parts.push(`${flagged} layer${flagged === 1 ? '' : 's'} vanishing or exploding`);
       break;
     }

@@ -119,6 +119,10 @@ describe('panel: captions in words', () => {
     assert.match(describeImage({ kind: 'feature_map', layout: 'heatmap', shape: [4, 16], range: [-1, 2] }), /\[4, 16\] as a heat map · range -1 … 2/);
     assert.equal(isPixelImage(grid), true);
     assert.equal(isPixelImage({ kind: 'gradient_flow' }), false);
+    // At a gradient-health stop the bars are norms (what the switches compare), not mean and max |grad|.
+    assert.equal(describeImage({ kind: 'gradient_flow', metric: 'norm', flagged: ['fc'] }),
+      "each layer's gradient norm and its largest parameter's, log scale · 1 layer vanishing or exploding");
+    assert.equal(describeImage({ kind: 'gradient_flow', metric: 'mean' }), 'mean and max |grad| per layer, log scale');
   });
 });
 

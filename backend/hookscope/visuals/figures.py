@@ -180,8 +180,8 @@ def classify_norms(layer: dict[str, Any], params: list[dict[str, Any]], vanishin
 
 def gradient_flow(
     named_parameters: Iterable[tuple[str, Tensor]],
-    vanishing: float = VANISHING,
-    exploding: float = EXPLODING,
+    vanishing: float | None = None,
+    exploding: float | None = None,
     title: str | None = None,
     metric: str = "mean",
     highlight: str | None = None,
@@ -192,10 +192,15 @@ def gradient_flow(
     (``layer1.0.conv1``), in model order. ``metric`` 'mean': mean and max |grad|
     per layer; 'norm': the layer's gradient norm and its largest parameter's (the
     quantities break on exploding/vanishing gradients compares). ``highlight``
-    marks one layer (the one a stop names). ``meta['layers']`` lists each layer's
-    stats and status, ``meta['params']`` every parameter's gradient norm."""
+    marks one layer (the one a stop names). A threshold not given is drawn at its
+    default (``VANISHING``, ``EXPLODING``) and labelled so: at a stop of one switch,
+    the other's band is no setting of the user's. ``meta['layers']`` lists each
+    layer's stats and status, ``meta['params']`` every parameter's gradient norm."""
     if metric not in ("mean", "norm"):
         raise ValueError("metric must be 'mean' or 'norm'")
+    given = {"vanishing": vanishing is not None, "exploding": exploding is not None}
+    vanishing = VANISHING if vanishing is None else vanishing
+    exploding = EXPLODING if exploding is None else exploding
     layers, params = layer_gradient_stats(named_parameters)
     by_layer: dict[str, list[dict[str, Any]]] = {}
     for p in params:
@@ -250,8 +255,9 @@ def gradient_flow(
     top = max(exploding * 100.0, float(maxes.max()) * 10 if len(maxes) else 1.0)
     ax.set_yscale("log")
     ax.set_ylim(floor, top)
-    ax.axhspan(floor, vanishing, color="#6fa8dc", alpha=0.15, label=f"vanishing (< {vanishing:g})")
-    ax.axhspan(exploding, top, color="#e06666", alpha=0.15, label=f"exploding (> {exploding:g})")
+    low, high = ("" if given[name] else ", default" for name in ("vanishing", "exploding"))
+    ax.axhspan(floor, vanishing, color="#6fa8dc", alpha=0.15, label=f"vanishing (< {vanishing:g}{low})")
+    ax.axhspan(exploding, top, color="#e06666", alpha=0.15, label=f"exploding (> {exploding:g}{high})")
     for x, layer in zip(xs, layers):
         if layer["status"] == "nonfinite":
             ax.plot([x], [top / 3], marker="X", color="magenta", markersize=10)

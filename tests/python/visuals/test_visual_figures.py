@@ -48,6 +48,22 @@ def test_gradient_flow_legend_leaves_the_bars_in_view(pixels):
         assert band[r, cols[0] : cols[-1] + 1].all(), f"row {r}: something covers the band"
 
 
+def test_gradient_flow_says_which_band_is_only_the_default(monkeypatch):
+    """At a stop of one gradient-health switch the other's band is drawn at its default, labelled so."""
+    from matplotlib.axes import Axes
+
+    labels: list[str] = []
+    axhspan = Axes.axhspan
+    monkeypatch.setattr(Axes, "axhspan", lambda self, *a, **k: labels.append(k["label"]) or axhspan(self, *a, **k))
+    m = model_with_grads()
+    gradient_flow(m.named_parameters(), vanishing=0.01, metric="norm")
+    assert labels == ["vanishing (< 0.01)", "exploding (> 100, default)"]
+    labels.clear()
+    image = gradient_flow(m.named_parameters())
+    assert labels == ["vanishing (< 1e-07, default)", "exploding (> 100, default)"]
+    assert (image.meta["vanishing"], image.meta["exploding"]) == (1e-7, 100.0)
+
+
 def test_gradient_flow_numbers_match_torch():
     m = model_with_grads()
     im = gradient_flow(m.named_parameters())
