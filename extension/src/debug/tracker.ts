@@ -28,7 +28,16 @@ interface DapMessage {
   event?: string;
   command?: string;
   success?: boolean;
+  arguments?: Record<string, unknown>;
   body?: Record<string, unknown>;
+}
+
+/** What a stackTrace request asks and its reply gives (which frames, how many): the Call Stack's "Load More" depends on it. */
+function stackTraceDetail(message: DapMessage): Record<string, unknown> {
+  if (message.command !== 'stackTrace') return {};
+  if (message.type === 'request') return { startFrame: message.arguments?.startFrame ?? null, levels: message.arguments?.levels ?? null };
+  const frames = message.body?.stackFrames;
+  return { success: message.success ?? null, frames: Array.isArray(frames) ? frames.length : null, totalFrames: message.body?.totalFrames ?? null };
 }
 
 export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, vscode.Disposable {
@@ -86,7 +95,7 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
       onDidSendMessage: (message: DapMessage) => this.onAdapterMessage(session, key, message),
       onWillReceiveMessage: (message: DapMessage) => {
         if (message.type === 'request' && VIEW_FILLING_REPLIES.has(message.command ?? '')) {
-          this.log.event('dap.request', { session: key, command: message.command });
+          this.log.event('dap.request', { session: key, command: message.command, ...stackTraceDetail(message) });
         }
         // The user pressed Continue/Step: the paused process runs again (debugpy may not send `continued`).
         if (message.type === 'request' && RESUMING_REQUESTS.has(message.command ?? '')) {
@@ -106,7 +115,7 @@ export class DebugSessionTracker implements vscode.DebugAdapterTrackerFactory, v
       return;
     }
     if (message.type === 'response' && VIEW_FILLING_REPLIES.has(message.command ?? '')) {
-      this.log.event('dap.reply', { session: key, command: message.command });
+      this.log.event('dap.reply', { session: key, command: message.command, ...stackTraceDetail(message) });
       return;
     }
     if (message.type !== 'event') return;

@@ -86,11 +86,18 @@ export class Debugger {
       return await waitFor(`a Call Stack frame matching ${pattern}`, async () => {
         rows = await this.callStack();
         if (rows.some((r) => pattern.test(r))) return rows;
-        const more = this.workbench.viewPane('Call Stack').locator('.monaco-list-row', { hasText: 'Load More Stack Frames' });
+        const pane = this.workbench.viewPane('Call Stack');
+        const more = pane.locator('.monaco-list-row', { hasText: 'Load More Stack Frames' });
         if ((await more.count()) > 0) {
           // A bounded click (an overlay such as a hover can make Playwright wait for the row to be
-          // clickable for the whole deadline), then the row's own click event as a fallback.
-          await more.first().click({ timeout: 2_000 }).catch(() => more.first().dispatchEvent('click').catch(() => undefined));
+          // clickable for the whole deadline). The list opens a row on a real click or on Enter, not
+          // on a synthetic click event: the fallback focuses the list, goes to its last row (this
+          // one) and presses Enter.
+          await more.first().click({ timeout: 2_000 }).catch(async () => {
+            await pane.locator('.monaco-list').first().focus().catch(() => undefined);
+            await this.workbench.page.keyboard.press('End');
+            await this.workbench.page.keyboard.press('Enter');
+          });
         }
         return false;
       }, { timeoutMs: 30_000, ...options });
