@@ -234,9 +234,10 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
                 handle.remove()
                 removed += 1
             self._root_handles.clear()
-            for index in self._indexes.values():
-                if index.model is not None and not keep_step_counters:
-                    step_counter.remove(index.model)
+            if not keep_step_counters:
+                for index in self._indexes.values():
+                    if index.model is not None:
+                        step_counter.remove(index.model)
             self._last_args.clear()
             self._last_output.clear()
             self._rendered.clear()

@@ -35,20 +35,18 @@ _MARK = "hookscope_counts_steps_of"
 """The attribute naming the model id on the counter function."""
 
 
-def install(model: nn.Module, model_id: str, steps: dict[str, int], replay: Replaying) -> bool:
-    """Count ``model``'s calls in ``steps[model_id]``, not those made while ``replay.depth`` is set;
-    False where it cannot."""
+def install(model: nn.Module, model_id: str, steps: dict[str, int], replay: Replaying) -> None:
+    """Count ``model``'s calls in ``steps[model_id]``, not those made while ``replay.depth`` is set
+    (``counts`` says where it could not: the step hook counts there)."""
     if not hasattr(type(model), _ATTRIBUTE):
-        return False  # a torch before 2.1: Module.__call__ has no such slot
-    current = model.__dict__.get(_ATTRIBUTE)
-    if current is not None:
-        return getattr(current, _MARK, None) == model_id  # compiled in place, or counted already
+        return  # a torch before 2.1: Module.__call__ has no such slot
+    if model.__dict__.get(_ATTRIBUTE) is not None:
+        return  # compiled in place, or counted already
     count_step = _counter(model._call_impl, steps, model_id, replay)
     setattr(count_step, _MARK, model_id)
     model.__dict__[_ATTRIBUTE] = count_step
     if _in_uncounted_call(model, count_step.__code__):
         steps[model_id] = steps.get(model_id, 0) + 1
-    return True
 
 
 def _counter(

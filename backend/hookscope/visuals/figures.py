@@ -198,7 +198,8 @@ def gradient_flow(
     layer's stats and status, ``meta['params']`` every parameter's gradient norm."""
     if metric not in ("mean", "norm"):
         raise ValueError("metric must be 'mean' or 'norm'")
-    given = {"vanishing": vanishing is not None, "exploding": exploding is not None}
+    low = "" if vanishing is not None else ", default"  # the legend's word for a threshold not given
+    high = "" if exploding is not None else ", default"
     vanishing = VANISHING if vanishing is None else vanishing
     exploding = EXPLODING if exploding is None else exploding
     layers, params = layer_gradient_stats(named_parameters)
@@ -255,7 +256,6 @@ def gradient_flow(
     top = max(exploding * 100.0, float(maxes.max()) * 10 if len(maxes) else 1.0)
     ax.set_yscale("log")
     ax.set_ylim(floor, top)
-    low, high = ("" if given[name] else ", default" for name in ("vanishing", "exploding"))
     ax.axhspan(floor, vanishing, color="#6fa8dc", alpha=0.15, label=f"vanishing (< {vanishing:g}{low})")
     ax.axhspan(exploding, top, color="#e06666", alpha=0.15, label=f"exploding (> {exploding:g}{high})")
     for x, layer in zip(xs, layers):
