@@ -230,8 +230,8 @@ class Engine(PanelRequests, BreakRequests, HitReporter):
                 removed += len(handles)
             self._shape_handles.clear()
             self._shapes_wanted = False
-            for handle in self._root_handles.values():
-                handle.remove()
+            for root_handle in self._root_handles.values():
+                root_handle.remove()
                 removed += 1
             self._root_handles.clear()
             if not keep_step_counters:

@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from hookscope.debugger import stop
+from hookscope.engine import step_counter
 from hookscope.engine.breakpoints import LayerBreakpoints
 from hookscope.engine.model_index import ModelIndex
 from hookscope.engine.replay.nonfinite import NonFiniteWatch
@@ -46,7 +47,8 @@ class EngineState:
     """Held by configuration changes; never while the debugger pauses a thread."""
     _indexes: dict[str, ModelIndex]
     _steps: dict[str, int]
-    _root_handles: dict[str, RemovableHandle]
+    _root_handles: dict[str, RemovableHandle | step_counter.Ride]
+    """Each active model's step hook: a rider on its step counter, or a root pre-hook."""
     _last_args: dict[str, tuple[tuple[Any, ...], dict[str, Any]]]
     """Each model's last root call (Grad-CAM replays it)."""
     _shapes_wanted: bool

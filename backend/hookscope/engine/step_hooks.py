@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -50,22 +51,30 @@ class StepHooks(WatchSampler):
         )
 
     def _sync_root_hooks(self) -> None:
-        """The step hook on each root exists exactly while something is hooked on that model."""
+        """The step hook on each root exists exactly while something is hooked on that model: a
+        rider on the root's step counter (no hook on the root, see step_counter), else a pre-hook."""
+        step_counter.heal()  # a counter lost to model.compile() since: its riders hook the root
         for model_id, index in self._indexes.items():
             wanted = self._model_active(model_id) and index.model is not None
             handle = self._root_handles.get(model_id)
             if wanted and handle is None:
                 assert index.model is not None
-                # prepend: the step is counted before any breakpoint's pre-hook on the root reads it
-                self._root_handles[model_id] = index.model.register_forward_pre_hook(
-                    self._root_pre(model_id), with_kwargs=True, prepend=True
-                )
+                hook = self._root_pre(model_id)
+                # first, or prepended: the step is counted before any breakpoint's pre-hook on the root reads it
+                self._root_handles[model_id] = step_counter.ride(
+                    index.model, hook, None, partial(self._root_ride_lost, model_id), first=True
+                ) or index.model.register_forward_pre_hook(hook, with_kwargs=True, prepend=True)
             elif not wanted and handle is not None:
                 handle.remove()
                 del self._root_handles[model_id]
                 self._last_args.pop(model_id, None)
         for model_id in [m for m in self._root_handles if m not in self._indexes]:
             self._root_handles.pop(model_id).remove()
+
+    def _root_ride_lost(self, model_id: str) -> None:
+        with self._lock:
+            self._root_handles.pop(model_id, None)
+            self._sync_root_hooks()
 
     def _root_pre(self, model_id: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] = CALLED_WITHOUT_KWARGS) -> None:

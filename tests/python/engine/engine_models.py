@@ -137,6 +137,9 @@ def hooks_left(model: nn.Module) -> list[str]:
                 left.append(f"{name or '<root>'}.{attr}")
         if "forward" in vars(m):
             left.append(f"{name or '<root>'}.forward (an instance attribute)")
+        riders = getattr(vars(m).get("_compiled_call_impl"), "hookscope_riders", None)
+        if riders is not None and riders.on:
+            left.append(f"{name or '<root>'} step counter riders")
     for name, p in model.named_parameters():
         if getattr(p, "_post_accumulate_grad_hooks", None):
             left.append(f"{name}._post_accumulate_grad_hooks")

@@ -231,10 +231,39 @@ def test_no_hooks_when_off_and_none_left_after_turning_off():
     engine.add_model("m", model)
     assert hooks_left(model) == []
     engine.set_break_on_nonfinite(True)
-    assert hooks_left(model)  # root hooks + global optimizer hook
-    assert sum(bool(m._forward_hooks) for m in model.modules()) == 1  # the root only: no per-layer hooks
+    left = hooks_left(model)
+    # the root's check rides its step counter (no root hook), and no layer has a forward hook
+    assert "<root> step counter riders" in left and "global optimizer pre hooks" in left
+    assert not any(m._forward_hooks for m in model.modules()) and not model._forward_pre_hooks
     engine.set_break_on_nonfinite(False)
     assert hooks_left(model) == []
+
+
+def test_a_root_whose_counter_is_displaced_is_hooked_instead_and_still_checked():
+    """The root's check rides its step counter; ``model.compile()`` after Hookscope found the model puts
+    torch's call in that slot. At the next optimizer step the sentinel and the engine's step hook move
+    to root hooks, and a NaN is still found in its layer."""
+    model = make()
+    engine, hits = sentinel_on(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train_step(seed: int) -> None:
+        x, y = batch(seed)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    train_step(0)
+    assert not model._forward_pre_hooks and not model._forward_hooks
+    taken = model._call_impl  # what model.compile() puts there, without compiling: another call implementation
+    vars(model)["_compiled_call_impl"] = taken
+    train_step(1)  # its forward ran unseen: the optimizer hook finds the rides lost
+    assert len(model._forward_pre_hooks) == 2 and len(model._forward_hooks) == 1
+    plant_forward_nan(model)
+    train_step(2)
+    assert [(h.layer, h.phase) for h in hits] == [("fc1", "forward")]
+    engine.shutdown()
+    assert hooks_left(model) == [] and vars(model)["_compiled_call_impl"] is taken
 
 
 def test_the_gradient_check_is_exact_where_a_sum_or_norm_overflows_and_for_odd_dtypes():

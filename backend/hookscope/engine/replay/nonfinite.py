@@ -12,12 +12,13 @@ Why not check every layer
     "where?" runs once, on the bad step.
 
 Steady state (per model root, no per-layer hook)
-    * root forward-pre hook: keeps a reference to the call's args/kwargs (no
+    * before the root's forward (riding its step counter, ``step_counter.ride``; a root hook where
+      there is none): keeps a reference to the call's args/kwargs (no
       copy), the CPU (a ``clone_state`` copy of the generator) and CUDA RNG
       state, a copy of the module buffers (BatchNorm running stats: small)
       into preallocated storage (``_foreach_copy_``), and the grad mode. The
       model itself is held weakly: a model the program drops is freed.
-    * root forward hook: ``all_finite`` over the output tensors (a sum: NaN
+    * after it: ``all_finite`` over the output tensors (a sum: NaN
       and Inf survive it), one host sync; when the output needs a gradient, a
       tensor hook on it. (Folding this check into the end-of-backward one
       saves one small op and a sync, but a forward with no backward after it
@@ -33,7 +34,7 @@ Steady state (per model root, no per-layer hook)
     * a global optimizer step pre-hook catches models whose output gradient
       was not seen (the loss did not flow through the root's output): same
       check, before the optimizer consumes the gradients.
-    Cost: two root hooks, a buffer copy and two syncs per step, whatever the
+    Cost: two calls around the root's, a buffer copy and two syncs per step, whatever the
     depth, plus ~0.5 µs per small CPU parameter tensor: about 0.1 ms per step
     under debugpy on a 2-core CPU (bench/RESULTS.md).
     The parameter and buffer lists come from ``module_tensors.ModuleTensors``
@@ -97,6 +98,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hookscope.debugger.stop_location import module_calls
+from hookscope.engine import step_counter
 from hookscope.engine.replay.nonfinite_sentinel import Checks, FireFn, NoticeFn, RootSentinel
 from hookscope.hooks.conditions import REPLAY, HookEvent
 
@@ -242,6 +244,11 @@ class NonFiniteWatch:
         for sentinel in list(self.sentinels.values()):
             if sentinel.gradients_unchecked:  # the end-of-backward check usually ran: no call
                 sentinel.check_gradients(replay=False)
+            elif sentinel.forwards == sentinel.forwards_at_optimizer:
+                # no forward seen since the last step (another model's optimizer, or the root's
+                # counter lost to model.compile()): the sentinel hooks the root if it was lost
+                step_counter.heal()
+            sentinel.forwards_at_optimizer = sentinel.forwards
         for entries in list(self._entries.values()):
             if entries.sentinels:  # a child called directly got a sentinel of its own (rare: no call)
                 entries.check_gradients_unchecked()

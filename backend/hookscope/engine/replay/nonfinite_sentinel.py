@@ -1,9 +1,9 @@
 """Break on NaN/Inf's per-step check of one model root: the call recorded, two syncs, when to report again.
 
 The design, its cost and its limits are in ``nonfinite.py``; the search of a bad step (the
-replay with probes) is in ``nonfinite_search.py``. Here: the root forward-pre records the call
-(``CallSnapshot``: inputs by reference, RNG state, a copy of the buffers), the root forward
-hook checks the output (one sync), a tensor hook on the output queues the end-of-backward
+replay with probes) is in ``nonfinite_search.py``. Here: ``_pre``, before the root's call (a
+rider on its step counter, or a forward pre-hook), records the call (``CallSnapshot``: inputs by
+reference, RNG state, a copy of the buffers), ``_post``, after it, checks the output (one sync), a tensor hook on the output queues the end-of-backward
 check of every parameter gradient (one sync), and ``REARM_RULE`` decides whether a bad step is
 reported. The gradient-health switches (``grad_health.py``) share the end-of-backward reads.
 """
@@ -24,6 +24,7 @@ from torch import nn
 
 from hookscope.debugger.stop import BreakpointHit
 from hookscope.debugger.stop_location import module_calls
+from hookscope.engine import step_counter
 from hookscope.engine.replay.grad_health import Finding, GradientHealth, HealthCheck
 from hookscope.engine.replay.nonfinite_search import investigate_forward, investigate_gradients
 from hookscope.hooks.conditions import REPLAY, HookEvent
@@ -116,10 +117,12 @@ class RootSentinel:
         """A forward ran whose gradients were not checked yet (the optimizer hook asks)."""
         self.clean_before = False
         """The last checked forward was clean (a parameter bad now was written after it)."""
-        self._forwards = 0
+        self.forwards = 0
         """Forward calls of the root seen (replays not counted): which step a check belongs to."""
+        self.forwards_at_optimizer = 0
+        """``forwards`` at the last optimizer step (none since: the watch asks whether the ride was lost)."""
         self.reported_at: int | None = None
-        """``_forwards`` when the last report was made; None once a clean step re-armed the sentinel."""
+        """``forwards`` when the last report was made; None once a clean step re-armed the sentinel."""
         self._quiet_told = False
         """The notice saying the sentinel is quiet (parameters hold NaN/Inf) was sent."""
         self.call_open = False
@@ -129,6 +132,8 @@ class RootSentinel:
         """Replaced by the watch's (shared) when it installs the sentinel."""
         self._health = HealthCheck()
         self._health_armed = True
+        self._first_end: Any = None
+        """The one-shot forward hook ending the call the sentinel was installed in (see install)."""
 
     @property
     def root(self) -> nn.Module:
@@ -142,13 +147,38 @@ class RootSentinel:
     def install(self) -> None:
         self.active = True
         STRUCTURE.acquire()
-        self.handles = [
-            self.root.register_forward_pre_hook(self._pre, with_kwargs=True),
-            self.root.register_forward_hook(self._post, with_kwargs=True),
-        ]
-        starting = _starting_call(self.root)
+        root = self.root
+        # A model root rides its step counter (no root hook: see step_counter); a child the program
+        # calls directly, or a root without a counter, is hooked.
+        ride = step_counter.ride(root, self._pre, self._post, self._hook_root) if self.parent is None else None
+        self.handles = [ride] if ride is not None else self._root_hooks(root)
+        starting = _starting_call(root)
         if starting is not None:
-            self._pre(self.root, *starting)
+            self._pre(root, *starting)
+            if ride is not None:  # this call began before the ride: its end comes through a hook, once
+                self._first_end = root.register_forward_hook(self._post_once, with_kwargs=True)
+                self.handles.append(self._first_end)
+
+    def _root_hooks(self, root: nn.Module) -> list[Any]:
+        return [
+            root.register_forward_pre_hook(self._pre, with_kwargs=True),
+            root.register_forward_hook(self._post, with_kwargs=True),
+        ]
+
+    def _hook_root(self) -> None:
+        """The counter left the root (``model.compile()`` took its slot): hook the root instead."""
+        root = self._root()
+        if self.active and root is not None:
+            self.handles = [h for h in self.handles if not isinstance(h, step_counter.Ride)] + self._root_hooks(root)
+
+    def _post_once(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        """The end of the call the sentinel was installed in (``_post`` runs once per call: the rider's is then quiet)."""
+        if self._first_end is not None:
+            self._first_end.remove()
+            if self._first_end in self.handles:
+                self.handles.remove(self._first_end)
+            self._first_end = None
+        self._post(module, args, kwargs, output)
 
     def remove(self) -> int:
         if self.active:
@@ -180,7 +210,7 @@ class RootSentinel:
         ):
             return
         try:
-            self._forwards += 1
+            self.forwards += 1
             call = self.call
             if self.checks.nonfinite:  # what a replay needs (the gradient-health switches replay nothing)
                 tensors = self.tensors
@@ -217,7 +247,7 @@ class RootSentinel:
                 and not all_finite(outs)
             ):
                 if self._may_report():
-                    self.reported_at = self._forwards
+                    self.reported_at = self.forwards
                     investigate_forward(self, output)
                 self.clean_before = False
                 return
@@ -290,7 +320,7 @@ class RootSentinel:
             elif not self.checks.nonfinite:
                 pass  # NaN/Inf, with only the gradient-health switches on: not theirs to report
             elif self._may_report():
-                self.reported_at = self._forwards
+                self.reported_at = self.forwards
                 investigate_gradients(self, root_grads, replay)
         except BreakpointHit:
             raise  # the user chose 'raise'
@@ -332,7 +362,7 @@ class RootSentinel:
         """Whether this bad check should be investigated and reported (see REARM_RULE)."""
         if self.reported_at is None:
             return True
-        if self.reported_at == self._forwards:
+        if self.reported_at == self.forwards:
             return False  # this step was reported: the rest of it carries the same NaN
         params: list[torch.Tensor] = list(self.tensors.parameters())
         if all_finite(params):
