@@ -106,14 +106,23 @@ def test_thresholds_are_validated():
             engine.set_gradient_health(bad, None)
 
 
-def test_with_break_on_nan_the_nan_stop_comes_first(setup):
+@pytest.mark.parametrize("vanishing", [None, 1e-30])
+@pytest.mark.parametrize("where", ["weight", "gradient"])
+def test_with_break_on_nan_the_nan_stop_comes_first(setup, vanishing, where):
+    """Exploding alone, and with vanishing (whose per-parameter sums carry a NaN through their max);
+    a bad weight (the forward check), a NaN made in one parameter's gradient (the gradient check)."""
     model, engine, events = setup
     engine.set_break_on_nonfinite(True)
-    engine.set_gradient_health(100.0, None)
-    with torch.no_grad():
-        model.last.weight[0, 0] = float("inf")
+    engine.set_gradient_health(100.0, vanishing)
+    if where == "weight":
+        with torch.no_grad():
+            model.last.weight[0, 0] = float("inf")
+    else:
+        user_hook = model.middle.bias.register_hook(lambda grad: grad * float("nan"))
     step(model)
     assert [h["breakpoint"] for h in hits(events)] == ["nonfinite"]
+    if where == "gradient":
+        user_hook.remove()  # the user's own: the fixture counts what is left
 
 
 def test_the_cli_takes_the_thresholds():
@@ -153,3 +162,20 @@ def test_finite_gradients_whose_norm_overflows_float32_are_exploding(setup, vani
     worst = max(norms, key=norms.get)
     assert norms[worst] > 1e19 and worst in hit["reason"] and "Exploding gradient" in hit["reason"]
     assert f"{norms[worst]:.4g}" in hit["reason"]
+
+
+def test_gradients_whose_squares_underflow_float32_are_judged_in_float64(setup):
+    """Gradients of ~1e-25 reaching ``first``: their float32 squares are 0. A threshold below that
+    norm does not stop; one above it stops with the norm float64 gives, not 0."""
+    model, engine, events = setup
+    model.damp = 1e-25
+    engine.set_gradient_health(None, 1e-30)
+    step(model)
+    true_norm = float(torch.cat([p.grad.double().flatten() for p in model.first.parameters()]).norm())
+    assert 1e-30 < true_norm < 1e-20 and float(model.first.weight.grad.square().sum()) == 0.0
+    assert hits(events) == []  # float32 alone would have called it 0 < 1e-30
+    engine.set_gradient_health(None, 1e-20)
+    step(model)
+    [hit] = hits(events)
+    true_norm = float(torch.cat([p.grad.double().flatten() for p in model.first.parameters()]).norm())
+    assert hit["layer"] == "first" and f"gradient norm {true_norm:.4g} < 1e-20" in hit["reason"]

@@ -49,6 +49,9 @@ REARM_RULE = (
 """When a gradient-health stop fires again (the ``rearm`` field of its hits)."""
 
 
+FLOAT32_TINY = torch.finfo(torch.float32).tiny
+"""float32's smallest normal number: a sum of squares below it has lost digits."""
+
 BOUND_MARGIN = 1e-5
 """Relative margin under the exploding threshold for the joint norm of the small gradients (a
 bound on each one's): its rounding must not hide a parameter just above the threshold."""
@@ -79,6 +82,9 @@ class Finding:
     kind: str
     """'exploding' | 'vanishing'."""
     reason: str
+    inexact: bool = False
+    """The layer's sum of squares fell below float32's normal range (gradients of ~1e-19 and
+    less): its digits are lost, so float64 decides whether the threshold is crossed, and says by how much."""
 
 
 @dataclass
@@ -104,8 +110,10 @@ class HealthCheck:
         model: weakref.ref[nn.Module],
         root_grads: list[torch.Tensor],
         health: GradientHealth,
+        armed: bool = True,
     ) -> tuple[bool, Finding | None]:
-        """The NaN/Inf check and the exploding/vanishing one from the same reads of a model's gradients."""
+        """The NaN/Inf check and the exploding/vanishing one from the same reads of a model's gradients
+        (``armed``: a finding would stop; an inexact one is then confirmed in float64)."""
         flat, norm = tensors.grad_groups()
         if not flat and not norm:
             return all_finite(root_grads), None
@@ -120,6 +128,11 @@ class HealthCheck:
         if not finite and all_finite(list(flat) + list(norm) + root_grads):
             # every value finite, but a sum of squares overflowed float32 (gradients of ~1e19 and
             # more): not a NaN/Inf, an explosion; their norms in float64 decide
+            layout = self._layout_for(flat, flat_names, norm, norm_names)
+            return True, self._in_float64(list(flat) + list(norm), layout, health)
+        if finding is not None and finding.inexact and armed:
+            # squares that underflowed float32 (a threshold below ~1e-19 would see every tiny
+            # gradient as zero): the float64 norms decide, and give the figure the stop reports
             layout = self._layout_for(flat, flat_names, norm, norm_names)
             return True, self._in_float64(list(flat) + list(norm), layout, health)
         return finite, finding
@@ -148,11 +161,13 @@ class HealthCheck:
         per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype, device=device).index_add_(
             0, layout.layer_of, per_param
         )
-        summary = [per_param.sum().reshape(1), per_param.max().reshape(1), per_layer.min().reshape(1)]
+        # max() carries a NaN/Inf of any parameter's sum of squares (torch's max propagates NaN):
+        # no total is summed for the NaN/Inf check
+        summary = [per_param.max(), per_layer.min()]
         for grad in root_grads:  # the gradient reaching the model output: NaN/Inf only
-            summary.append(grad.detach().sum(dtype=torch.float32).reshape(1).to(device))
-        total, largest, smallest, *root = torch.cat(summary).tolist()
-        if not math.isfinite(total + sum(root)):
+            summary.append(grad.detach().sum(dtype=torch.float32).to(device))
+        largest, smallest, *root = torch.stack(summary).tolist()
+        if not math.isfinite(largest + sum(root)):
             return False, None
         return True, self._crossed(per_param, per_layer, layout, health, largest, smallest)
 
@@ -189,7 +204,7 @@ class HealthCheck:
         return True, None
 
     def _in_float64(self, grads: list[torch.Tensor], layout: _Layout, health: GradientHealth) -> Finding | None:
-        """The thresholds against each parameter's squared norm taken in float64 (rare: an overflow)."""
+        """The thresholds against each parameter's squared norm taken in float64 (rare: an overflow, or an underflow at a stop)."""
         squares = []
         for grad in grads:  # layout order: the flattened ones, then the others
             try:
@@ -275,6 +290,7 @@ class HealthCheck:
             "vanishing",
             f"Vanishing gradient: layer {layer or 'the model'} gradient norm {layer_norms[weakest]:.4g} "
             f"< {threshold:g} (smallest: {param}){others}",
+            inexact=per_layer.dtype is not torch.float64 and layer_norms[weakest] ** 2 < FLOAT32_TINY,
         )
 
 

@@ -304,7 +304,7 @@ class RootSentinel:
                 # The gradient reaching the output matters to NaN/Inf alone: with only the health
                 # switches on, its sum is not taken (two tensor calls a step).
                 finite, finding = self._health.check_model(
-                    self.tensors, self._root, root_grads if self.checks.nonfinite else [], health
+                    self.tensors, self._root, root_grads if self.checks.nonfinite else [], health, self._health_armed
                 )
             else:
                 flat, norm = self.tensors.grad_groups(root_grads)
