@@ -266,6 +266,31 @@ def test_a_root_whose_counter_is_displaced_is_hooked_instead_and_still_checked()
     assert hooks_left(model) == [] and vars(model)["_compiled_call_impl"] is taken
 
 
+def test_the_replay_sees_the_inputs_the_users_own_root_pre_hook_saw():
+    """The step is recorded before the root's own forward pre-hooks run (the check rides the step
+    counter): the replay calls the root with the program's inputs and the user's hook changes them
+    once, as in the step. Recorded after that hook, they were changed twice and the NaN went away."""
+
+    class Shifted(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sqrt(self.inner(x) - 3.0)  # NaN where the input was shifted once (2 - 3 < 0)
+
+    model = Shifted()
+    with torch.no_grad():
+        model.inner.weight.copy_(torch.eye(4))
+        model.inner.bias.zero_()
+    model.register_forward_pre_hook(lambda module, args: (args[0] * 2.0,))  # the user's own input transform
+    engine, hits = sentinel_on(model)
+    model(torch.ones(2, 4))  # shifted once: 2, NaN; shifted twice it would be 4, finite
+    [hit] = hits
+    assert (hit.layer, hit.phase, hit.origin) == ("", "forward", "born here"), hit.reason
+    engine.shutdown()
+
+
 def test_the_gradient_check_is_exact_where_a_sum_or_norm_overflows_and_for_odd_dtypes():
     from hookscope.engine.replay.nonfinite_sentinel import grads_finite
 
