@@ -79,12 +79,21 @@ def test_vanishing_names_the_layer_whose_gradient_norm_is_below(setup):
     assert hit["viewOptions"]["vanishing"] == 1e-7
 
 
-def test_one_stop_per_crossing_then_quiet_until_a_step_runs_within_the_thresholds(setup):
+@pytest.mark.parametrize("vanishing", [None, 1e-7])
+def test_one_stop_per_crossing_then_quiet_until_a_step_runs_within_the_thresholds(setup, monkeypatch, vanishing):
+    """Exploding alone, and beside vanishing (the other path). While quiet, a crossing is not
+    described: no pass over every parameter's name in a step that will not stop."""
+    from hookscope.engine.replay.grad_health import HealthCheck
+
+    described: list[str] = []
+    explain = HealthCheck._exploding
+    monkeypatch.setattr(HealthCheck, "_exploding", lambda *a: described.append("exploding") or explain(*a))
     model, engine, events = setup
-    engine.set_gradient_health(100.0, None)
+    engine.set_gradient_health(100.0, vanishing)
     for scale in (1e4, 1e4, 1.0, 1e4):
         step(model, scale)
     assert len(hits(events)) == 2  # the first crossing, then again after the clean step
+    assert described == ["exploding", "exploding"]  # the second step crossed too, quietly
     assert all("stops again" in h["rearm"] for h in hits(events))
 
 

@@ -87,6 +87,11 @@ class Finding:
     less): its digits are lost, so float64 decides whether the threshold is crossed, and says by how much."""
 
 
+CROSSED = Finding("", "", "crossed", "a threshold is crossed (not described: no stop is due)")
+"""What the check says while disarmed (after a stop, until a step runs within the thresholds): that
+a threshold is still crossed, without naming where (a Python pass over every parameter each step)."""
+
+
 @dataclass
 class _Layout:
     """Per-parameter segment lengths of the flattened gradients and each parameter's layer index."""
@@ -124,7 +129,7 @@ class HealthCheck:
             if root is None:
                 raise RuntimeError("the model was freed")
             flat, flat_names, norm, norm_names = _named_grads(root)
-        finite, finding = self.check(flat, flat_names, norm, norm_names, root_grads, health)
+        finite, finding = self.check(flat, flat_names, norm, norm_names, root_grads, health, armed)
         if not finite and all_finite(list(flat) + list(norm) + root_grads):
             # every value finite, but a sum of squares overflowed float32 (gradients of ~1e19 and
             # more): not a NaN/Inf, an explosion; their norms in float64 decide
@@ -145,8 +150,9 @@ class HealthCheck:
         norm_names: list[str],
         root_grads: Sequence[torch.Tensor],
         health: GradientHealth,
+        armed: bool = True,
     ) -> tuple[bool, Finding | None]:
-        """(all finite, the threshold crossed if any): one transfer from the device."""
+        """(all finite, the threshold crossed if any, ``CROSSED`` when not ``armed``): one transfer from the device."""
         layout = self._layout
         if layout is None or self._key != (id(flat_names), id(norm_names), len(flat), len(norm)):
             layout = self._layout_for(flat, flat_names, norm, norm_names)  # (kept: no call in the usual step)
@@ -154,7 +160,7 @@ class HealthCheck:
         if buffer is not None and buffer.dtype is not torch.float32:
             buffer = buffer.float()
         if health.vanishing is None:
-            return self._exploding_only(buffer, norm, root_grads, layout, health.exploding)
+            return self._exploding_only(buffer, norm, root_grads, layout, health.exploding, armed)
         device = flat[0].device if flat else norm[0].device
         large = torch.stack(torch._foreach_norm(list(norm), dtype=torch.float32)).square() if norm else None
         per_param = self._per_param(buffer, large, layout)
@@ -169,7 +175,7 @@ class HealthCheck:
         largest, smallest, *root = torch.stack(summary).tolist()
         if not math.isfinite(largest + sum(root)):
             return False, None
-        return True, self._crossed(per_param, per_layer, layout, health, largest, smallest)
+        return True, self._crossed(per_param, per_layer, layout, health, largest, smallest, armed)
 
     def _exploding_only(
         self,
@@ -178,6 +184,7 @@ class HealthCheck:
         root_grads: Sequence[torch.Tensor],
         layout: _Layout,
         exploding: float | None,
+        armed: bool,
     ) -> tuple[bool, Finding | None]:
         """Exploding alone: the small gradients' joint norm (a bound on each one's) and the large
         ones' norms, in one stack; each parameter's own sum only when that bound is crossed.
@@ -200,7 +207,7 @@ class HealthCheck:
         large = torch.stack(parts[first_large : len(norms)]).square() if norm else None
         per_param = self._per_param(buffer, large, layout)
         if float(per_param.max()) > exploding**2:
-            return True, self._exploding(per_param, layout, exploding)
+            return True, self._exploding(per_param, layout, exploding) if armed else CROSSED
         return True, None
 
     def _in_float64(self, grads: list[torch.Tensor], layout: _Layout, health: GradientHealth) -> Finding | None:
@@ -223,13 +230,16 @@ class HealthCheck:
         health: GradientHealth,
         largest: float,
         smallest: float,
+        armed: bool = True,
     ) -> Finding | None:
         """The threshold crossed, exploding first: ``largest`` / ``smallest`` are the squared norms
         of the largest parameter and of the weakest layer."""
         if health.exploding is not None and largest > health.exploding**2:
-            return self._exploding(per_param, layout, health.exploding)
+            return self._exploding(per_param, layout, health.exploding) if armed else CROSSED
         if health.vanishing is not None and smallest < health.vanishing**2:
-            return self._vanishing(per_param, per_layer, layout, health.vanishing)
+            # (disarmed, float32 alone decides: with a threshold under ~1e-19, a layer that
+            # underflows it keeps the switch disarmed until a step reads above the threshold)
+            return self._vanishing(per_param, per_layer, layout, health.vanishing) if armed else CROSSED
         return None
 
     @staticmethod
