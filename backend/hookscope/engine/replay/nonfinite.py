@@ -12,14 +12,13 @@ Why not check every layer
     "where?" runs once, on the bad step.
 
 Steady state (per model root, no per-layer hook)
-    * before the root's forward (riding its step counter, ``step_counter.ride``; a root hook where
-      there is none): keeps a reference to the call's args/kwargs (no
-      copy), the CPU (a ``clone_state`` copy of the generator) and CUDA RNG
-      state, a copy of the module buffers (BatchNorm running stats: small)
-      into preallocated storage (``_foreach_copy_``), and the grad mode. The
-      model itself is held weakly: a model the program drops is freed.
-    * after it: ``all_finite`` over the output tensors (a sum: NaN
-      and Inf survive it), one host sync; when the output needs a gradient, a
+    * before the root's forward (riding its step counter, ``step_counter.ride``; a root hook
+      where there is none): keeps a reference to the call's args/kwargs (no copy), the CPU (a
+      ``clone_state`` copy of the generator) and CUDA RNG state, a copy of the module buffers
+      (BatchNorm running stats: small) into preallocated storage (``_foreach_copy_``), and the
+      grad mode. The model itself is held weakly: a model the program drops is freed.
+    * after it: ``all_finite`` over the output tensors (a sum: NaN and Inf survive it), one
+      host sync; when the output needs a gradient, a
       tensor hook on it. (Folding this check into the end-of-backward one
       saves one small op and a sync, but a forward with no backward after it
       would go unchecked, and "raise" would raise from ``backward()``.)
@@ -34,7 +33,7 @@ Steady state (per model root, no per-layer hook)
     * a global optimizer step pre-hook catches models whose output gradient
       was not seen (the loss did not flow through the root's output): same
       check, before the optimizer consumes the gradients.
-    Cost: two calls around the root's, a buffer copy and two syncs per step, whatever the
+    Cost: two calls around the root's own, a buffer copy and two syncs per step, whatever the
     depth, plus ~0.5 µs per small CPU parameter tensor: about 0.1 ms per step
     under debugpy on a 2-core CPU (bench/RESULTS.md).
     The parameter and buffer lists come from ``module_tensors.ModuleTensors``

@@ -3,9 +3,9 @@
 The design, its cost and its limits are in ``nonfinite.py``; the search of a bad step (the
 replay with probes) is in ``nonfinite_search.py``. Here: ``_pre``, before the root's call (a
 rider on its step counter, or a forward pre-hook), records the call (``CallSnapshot``: inputs by
-reference, RNG state, a copy of the buffers), ``_post``, after it, checks the output (one sync), a tensor hook on the output queues the end-of-backward
-check of every parameter gradient (one sync), and ``REARM_RULE`` decides whether a bad step is
-reported. The gradient-health switches (``grad_health.py``) share the end-of-backward reads.
+reference, RNG state, a copy of the buffers); ``_post``, after it, checks the output (one sync);
+a tensor hook on the output queues the end-of-backward check of every parameter gradient (one
+sync); and ``REARM_RULE`` decides whether a bad step is reported. The gradient-health switches (``grad_health.py``) share the end-of-backward reads.
 """
 
 from __future__ import annotations
@@ -172,7 +172,8 @@ class RootSentinel:
             self.handles = [h for h in self.handles if not isinstance(h, step_counter.Ride)] + self._root_hooks(root)
 
     def _post_once(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        """The end of the call the sentinel was installed in (``_post`` runs once per call: the rider's is then quiet)."""
+        """The end of the call the sentinel was installed in (``_post`` acts once per call: a rider's
+        ``_post`` after it finds the call closed)."""
         if self._first_end is not None:
             self._first_end.remove()
             if self._first_end in self.handles:
