@@ -13,21 +13,39 @@ NEVER_TRUE_BREAKPOINT = {
 }
 
 NEVER_EXPLODING = 1e30
-"""Break on exploding gradients above this: never true, so the row measures the check alone. The
-vanishing switch is left off: the stacks of 100 and 1,000 tanh layers really have vanishing
-gradients (0 at the first layer of the 1,000), so no threshold is never true on every model. The row
-is exploding's cost; vanishing adds per-parameter and per-layer sums (grad_health.py), which this
-row does not measure."""
+"""Break on exploding gradients above this: never true, so the row measures the check alone."""
+NEVER_VANISHING = 1e-30
+"""Break on vanishing gradients below this ('healthboth'): never true on the models that measure it."""
+GRADIENTS_VANISH = ("stack100", "stack1000")
+"""Models whose gradients really vanish (100 and 1,000 tanh layers: 4e-28 and exactly 0 at the first
+layer), so no vanishing threshold is never true there: 'healthboth' is not measured on them, and
+'health', a row of its own too, keeps vanishing off. Vanishing adds per-parameter and per-layer sums
+to exploding's check (grad_health.py)."""
 
-SIDE_BY_SIDE = ("idle", "nonfinite", "health", "summaries", "condbp")
+SIDE_BY_SIDE = ("idle", "nonfinite", "health", "healthboth", "summaries", "condbp")
 """The configurations the side-by-side row switches between, a few steps each."""
+SIDE_BY_SIDE_ONLY = {
+    "healthboth": "Hookscope break on exploding and vanishing gradients (both on, never-true thresholds)",
+}
+"""Labels of the configurations measured only side by side (no row of their own: see GRADIENTS_VANISH)."""
+
+
+def configs_for(model: str) -> tuple[str, ...]:
+    """The side-by-side configurations measured on the bench model ``model``."""
+    return tuple(c for c in SIDE_BY_SIDE if not (c == "healthboth" and model in GRADIENTS_VANISH))
+
+
+GRADIENT_THRESHOLDS = {
+    "health": {"exploding": NEVER_EXPLODING},
+    "healthboth": {"exploding": NEVER_EXPLODING, "vanishing": NEVER_VANISHING},
+}
 
 
 def requests_for(config: str, model_id: str, layers: list[str]) -> list[dict]:
     """The requests that put one model in ``config`` (and undo the other configurations)."""
     return [
         {"type": "setBreakOnNonFinite", "enabled": config == "nonfinite"},
-        {"type": "setBreakOnGradients", **({"exploding": NEVER_EXPLODING} if config == "health" else {})},
+        {"type": "setBreakOnGradients", **GRADIENT_THRESHOLDS.get(config, {})},
         {
             "type": "watch",
             "model": model_id,

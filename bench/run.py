@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "backend"))
 
-from configs import SIDE_BY_SIDE, requests_for  # noqa: E402
+from configs import SIDE_BY_SIDE, SIDE_BY_SIDE_ONLY, requests_for  # noqa: E402
 
 from hookscope import bootstrap  # noqa: E402
 from hookscope.terminal.dap_client import DapClient  # noqa: E402
@@ -41,7 +41,7 @@ MODELS = ["cnn", "transformer", "gpt", "resnet18", "stack10", "stack100", "stack
 HOOKSCOPE_MODES = {
     "hookscope-idle": "Hookscope connected, nothing watched",
     "hookscope-nonfinite": "Hookscope break on NaN/Inf, all layers",
-    "hookscope-health": "Hookscope break on exploding/vanishing gradients (never-true threshold)",
+    "hookscope-health": "Hookscope break on exploding gradients (never-true threshold, vanishing off)",
     "hookscope-summaries": "Hookscope summaries of all layers at panel rate (4 Hz)",
     "hookscope-condbp": "Layer breakpoint (never-true condition) on every layer",
 }
@@ -522,12 +522,15 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
     for config in SIDE_BY_SIDE:
         cells = []
         for model in models:
-            measured = row["results"][model][config]
+            measured = row["results"][model].get(config)
+            if measured is None:
+                cells.append(NOT_MEASURED)
+                continue
             t = measured["median_s"]
             cells.append(
                 f"{t * 1e3:.2f} ms · **{measured['ratio']:.2f}×** ({measured['ratio_q1']:.2f}–{measured['ratio_q3']:.2f})"
             )
-        lines.append(f"| {LABELS[f'hookscope-{config}']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {side_by_side_label(config)} | " + " | ".join(cells) + " |")
     lines.append(
         "| rounds · timed steps per configuration | "
         + " | ".join(f"{row['results'][m]['idle']['rounds']} · {row['results'][m]['idle']['steps']}" for m in models)
@@ -544,9 +547,21 @@ def side_by_side_markdown(row: dict | str | None, models: list[str], heading: st
             cells = []
             for model in stacks:
                 times, n = row["results"][model], int(model.removeprefix("stack"))
-                cells.append(f"{(times[config]['median_s'] - times['idle']['median_s']) / n * 1e6:.1f}")
-            lines.append(f"| {LABELS[f'hookscope-{config}']} | " + " | ".join(cells) + " |")
+                cells.append(
+                    f"{(times[config]['median_s'] - times['idle']['median_s']) / n * 1e6:.1f}"
+                    if config in times
+                    else "—"
+                )
+            lines.append(f"| {side_by_side_label(config)} | " + " | ".join(cells) + " |")
     return lines
+
+
+NOT_MEASURED = "— (its gradients vanish: no never-true threshold)"
+"""A side-by-side cell of a configuration not measured on that model (configs.GRADIENTS_VANISH)."""
+
+
+def side_by_side_label(config: str) -> str:
+    return LABELS.get(f"hookscope-{config}") or SIDE_BY_SIDE_ONLY[config]
 
 
 if __name__ == "__main__":

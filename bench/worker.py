@@ -25,7 +25,7 @@ from pathlib import Path
 
 import models
 import torch
-from configs import SIDE_BY_SIDE, requests_for
+from configs import configs_for, requests_for
 
 
 def wait_for(path: str, timeout: float = 120.0) -> None:
@@ -167,8 +167,9 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
         def step() -> float:
             return timed_step(model, batch, loss_fn, optimizer, sync)  # noqa: B023 - called within this iteration
 
-        times: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
-        blocks: dict[str, list[float]] = {config: [] for config in SIDE_BY_SIDE}
+        configs = configs_for(name)
+        times: dict[str, list[float]] = {config: [] for config in configs}
+        blocks: dict[str, list[float]] = {config: [] for config in configs}
         """Each round's block median, by configuration: the ratios pair a configuration with 'idle'
         of the same round, so a drift of the machine between rounds cancels out."""
         shuffler = random.Random(ORDER_SEED)
@@ -183,7 +184,7 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
         ):
             # a new order each round, so no configuration always follows the same one (rotating a
             # fixed order would not do: each would always follow the same neighbour)
-            order = list(SIDE_BY_SIDE)
+            order = list(configs)
             shuffler.shuffle(order)
             for config in order:
                 for request in requests_for(config, model_id, layers):
@@ -200,7 +201,7 @@ def side_by_side(built: dict, steps: int, sync) -> dict[str, dict]:
             round_ += 1
         for request in requests_for("idle", model_id, layers):
             engine.handle(request)
-        results[name] = {config: paired(times[config], blocks[config], blocks["idle"]) for config in SIDE_BY_SIDE}
+        results[name] = {config: paired(times[config], blocks[config], blocks["idle"]) for config in configs}
     return results
 
 

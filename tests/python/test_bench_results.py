@@ -141,3 +141,25 @@ def test_side_by_side_ratios_pair_each_round_with_its_own_idle_steps() -> None:
     assert measured["ratio"] == pytest.approx(1.1)
     assert measured["ratio_q1"] == pytest.approx(1.1) and measured["ratio_q3"] == pytest.approx(1.1)
     assert measured["median_s"] == pytest.approx(0.011)
+
+
+def test_both_gradient_switches_are_measured_where_a_never_true_vanishing_threshold_exists(run_py) -> None:
+    """The tanh stacks of 100 and 1,000 layers really have vanishing gradients: 'healthboth' skips them,
+    and their cells say why; elsewhere it asks for both thresholds, 'health' for exploding alone."""
+    import configs
+
+    assert "healthboth" in configs.configs_for("gpt") and "healthboth" not in configs.configs_for("stack1000")
+    thresholds = {
+        config: next(r for r in configs.requests_for(config, "m", []) if r["type"] == "setBreakOnGradients")
+        for config in ("health", "healthboth", "idle")
+    }
+    assert thresholds["health"] == {"type": "setBreakOnGradients", "exploding": configs.NEVER_EXPLODING}
+    assert thresholds["healthboth"]["vanishing"] == configs.NEVER_VANISHING
+    assert thresholds["idle"] == {"type": "setBreakOnGradients"}  # both off
+    cell = {"median_s": 0.01, "steps": 20, "rounds": 4, "ratio": 1.0, "ratio_q1": 0.98, "ratio_q3": 1.03}
+    row = {"results": {m: {c: cell for c in configs.configs_for(m)} for m in ("cnn", "stack100")}}
+    lines = run_py.side_by_side_markdown(row, ["cnn", "stack100"])
+    label = configs.SIDE_BY_SIDE_ONLY["healthboth"]
+    both, per_layer = [line for line in lines if line.startswith(f"| {label} |")]  # the ratios, then µs per layer
+    assert both == f"| {label} | 10.00 ms · **1.00×** (0.98–1.03) | {run_py.NOT_MEASURED} |"
+    assert per_layer == f"| {label} | — |"
