@@ -26,7 +26,10 @@ The stop
     the weakest layer) and its layer, as a parameter-gradient stop with that
     gradient; the panel shows the step's per-layer gradient-norm profile in its
     gradient-flow view. A model stops at most once per step, and after a stop
-    again only once a step ran within the thresholds (``REARM_RULE``).
+    again only once a step ran within the thresholds (``REARM_RULE``); until then a
+    crossing is only noted (``CROSSED``), not described. A vanishing layer whose
+    float32 sum of squares underflowed (gradients of ~1e-19 and less) is judged, and
+    reported, in float64.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ class Finding:
     """Qualified parameter name (``blocks.2.mlp.0.weight``)."""
     layer: str
     kind: str
-    """'exploding' | 'vanishing'."""
+    """'exploding' | 'vanishing' ('crossed': ``CROSSED``)."""
     reason: str
     inexact: bool = False
     """The layer's sum of squares fell below float32's normal range (gradients of ~1e-19 and
@@ -152,7 +155,8 @@ class HealthCheck:
         health: GradientHealth,
         armed: bool = True,
     ) -> tuple[bool, Finding | None]:
-        """(all finite, the threshold crossed if any, ``CROSSED`` when not ``armed``): one transfer from the device."""
+        """(all finite, the threshold crossed if any: ``CROSSED`` when not ``armed``), with one
+        transfer from the device."""
         layout = self._layout
         if layout is None or self._key != (id(flat_names), id(norm_names), len(flat), len(norm)):
             layout = self._layout_for(flat, flat_names, norm, norm_names)  # (kept: no call in the usual step)
@@ -211,7 +215,8 @@ class HealthCheck:
         return True, None
 
     def _in_float64(self, grads: list[torch.Tensor], layout: _Layout, health: GradientHealth) -> Finding | None:
-        """The thresholds against each parameter's squared norm taken in float64 (rare: an overflow, or an underflow at a stop)."""
+        """The thresholds against each parameter's squared norm taken in float64 (rare: an overflow,
+        or an underflow at a stop)."""
         squares = []
         for grad in grads:  # layout order: the flattened ones, then the others
             try:

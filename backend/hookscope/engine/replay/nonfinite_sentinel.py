@@ -5,7 +5,8 @@ replay with probes) is in ``nonfinite_search.py``. Here: ``_pre``, before the ro
 rider on its step counter, or a forward pre-hook), records the call (``CallSnapshot``: inputs by
 reference, RNG state, a copy of the buffers); ``_post``, after it, checks the output (one sync);
 a tensor hook on the output queues the end-of-backward check of every parameter gradient (one
-sync); and ``REARM_RULE`` decides whether a bad step is reported. The gradient-health switches (``grad_health.py``) share the end-of-backward reads.
+sync); and ``REARM_RULE`` decides whether a bad step is reported. The gradient-health switches
+(``grad_health.py``) share the end-of-backward reads.
 """
 
 from __future__ import annotations
