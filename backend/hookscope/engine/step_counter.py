@@ -13,12 +13,14 @@ A model found at its first forward (discovery's first-forward hook runs inside t
 installed too late for the call in progress: ``install`` counts it.
 
 The root's own per-step work rides the counter too (``ride``): the engine's step hook and break on
-NaN/Inf's root check run before and after the counted call instead of as root hooks. A hook on the
-root sends every step through ``_call_impl``'s general path (its closure, the hook dicts merged
-with the global ones, ``torch.compiler.is_compiling()``): two hooks that do nothing cost ~5 µs a
-forward under debugpy on Python 3.11 (the bench's stack of ten), more than the riders' own calls.
-Should the slot be taken later (``model.compile()`` after Hookscope found the model), ``heal``
-hands each rider back to its owner, which hooks the root instead.
+NaN/Inf's root check run before and after the counted call instead of as root hooks. So the model
+shows no Hookscope hook, and the step is recorded before the root's own forward pre-hooks (a
+replay calls the root through them again: recorded after them, their change of the inputs was
+made twice). Speed is about even: two root hooks that do nothing cost ~5 µs a forward under
+debugpy on Python 3.11 (torch's general call path), and riding measured within the spread of
+that (the bench's stack of ten, bench/HISTORY.md). Should the slot be taken later
+(``model.compile()`` after Hookscope found the model), ``heal`` hands each rider back to its
+owner, which hooks the root instead.
 """
 
 from __future__ import annotations

@@ -133,14 +133,13 @@ class HealthCheck:
                 raise RuntimeError("the model was freed")
             flat, flat_names, norm, norm_names = _named_grads(root)
         finite, finding = self.check(flat, flat_names, norm, norm_names, root_grads, health, armed)
-        if not finite and all_finite(list(flat) + list(norm) + root_grads):
-            # every value finite, but a sum of squares overflowed float32 (gradients of ~1e19 and
-            # more): not a NaN/Inf, an explosion; their norms in float64 decide
-            layout = self._layout_for(flat, flat_names, norm, norm_names)
-            return True, self._in_float64(list(flat) + list(norm), layout, health)
-        if finding is not None and finding.inexact and armed:
-            # squares that underflowed float32 (a threshold below ~1e-19 would see every tiny
-            # gradient as zero): the float64 norms decide, and give the figure the stop reports
+        if (not finite and all_finite(list(flat) + list(norm) + root_grads)) or (
+            finding is not None and finding.inexact and armed
+        ):
+            # Every value finite, but a sum of squares overflowed float32 (gradients of ~1e19 and
+            # more: not a NaN/Inf, an explosion), or underflowed it at a stop (a threshold below
+            # ~1e-19 would see every tiny gradient as zero): the float64 norms decide, and give
+            # the figure the stop reports.
             layout = self._layout_for(flat, flat_names, norm, norm_names)
             return True, self._in_float64(list(flat) + list(norm), layout, health)
         return finite, finding

@@ -18,10 +18,9 @@ Steady state (per model root, no per-layer hook)
       (BatchNorm running stats: small) into preallocated storage (``_foreach_copy_``), and the
       grad mode. The model itself is held weakly: a model the program drops is freed.
     * after it: ``all_finite`` over the output tensors (a sum: NaN and Inf survive it), one
-      host sync; when the output needs a gradient, a
-      tensor hook on it. (Folding this check into the end-of-backward one
-      saves one small op and a sync, but a forward with no backward after it
-      would go unchecked, and "raise" would raise from ``backward()``.)
+      host sync; when the output needs a gradient, a tensor hook on it. (Folding this check
+      into the end-of-backward one saves one small op and a sync, but a forward with no
+      backward after it would go unchecked, and "raise" would raise from ``backward()``.)
     * that tensor hook keeps the gradient reaching the root output and queues
       a callback for the end of the backward pass
       (``Variable._execution_engine.queue_callback``), where one on-device
