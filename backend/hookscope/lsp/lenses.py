@@ -1,9 +1,15 @@
 """Code lenses over layer definitions and call sites.
 
-Each layer gets "Break on forward", "Break on backward" and "Watch", running
-the extension's commands (argument shapes are documented in
-``extension/src/lsp/README.md``). During a session a fourth lens shows the
-last output shape seen for that layer (and NaNs, if any).
+Each line that defines or calls layers gets "Break on forward", "Break on
+backward" and "Watch", running the extension's commands (argument shapes are
+documented in ``extension/src/lsp/README.md``). During a session a fourth lens
+shows the last output shape seen there (and NaNs, if any).
+
+The commands act on the line (a layer breakpoint is a line's, and covers every
+layer the line makes or calls), so a line with several layers
+(``nn.ModuleDict({...})``, ``self.a(x) + self.b(x)``) gets one set of lenses,
+whose tooltips name those layers: a set per layer would run past the editor's
+width and label each with a layer its click does not single out.
 
 Lenses are sent unresolved (range + a tiny ``data``) and their commands
 filled in by ``codeLens/resolve``: the editor resolves only the lenses on
@@ -23,6 +29,8 @@ from .live import LiveSummary
 
 TOGGLE_BREAKPOINT_COMMAND = "hookscope.toggleLayerBreakpoint"
 WATCH_COMMAND = "hookscope.watchLayer"
+ASKS = "; which of them, the editor asks once the program runs"
+"""A line breakpoint that resolves to several layers asks (extension/src/breakpoints/instancePicker.ts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,27 +68,41 @@ def build_lens_set(
 def build_lenses(
     state: DocumentState, converter: RangeConverter, live: dict[int, list[LiveSummary]]
 ) -> list[dict[str, Any]]:
-    """The document's lenses with their commands, as LSP JSON ``CodeLens`` objects."""
+    """The document's lenses with their commands, as LSP JSON ``CodeLens`` objects: one set per line."""
     analysis = state.analysis
     sites = [LensSite(d, d.line, _range_json(converter.range(d.name_span)), "definition") for d in analysis.layers] + [
         LensSite(c.layer, c.line, _range_json(converter.range(c.attribute_span)), "call") for c in analysis.calls
     ]
-    layers_per_line: dict[int, int] = {}
-    for site in sites:
-        layers_per_line[site.line] = layers_per_line.get(site.line, 0) + 1
-    lenses: list[dict[str, Any]] = []
+    lines: dict[int, list[LensSite]] = {}
     for site in sorted(sites, key=lambda s: (s.line, s.span_range["start"]["character"])):
-        prefix = f"{site.layer.display_name}: " if layers_per_line[site.line] > 1 else ""
-        location = _location(state.uri, site)
+        lines.setdefault(site.line, []).append(site)
+    lenses: list[dict[str, Any]] = []
+    for line_sites in lines.values():
+        first = line_sites[0]
+        location = _location(state.uri, first)
+        names = _names(line_sites)
+        several = len(line_sites) > 1
+        if several:
+            location["layers"] = [_layer_fields(site) for site in line_sites]
         for phase, title in (("forward", "Break on forward"), ("backward", "Break on backward")):
+            tooltip = f"Stop in the {phase} of {names} (a layer breakpoint on this line{ASKS if several else ''})"
             lenses.append(
-                _lens(site.span_range, prefix + title, TOGGLE_BREAKPOINT_COMMAND, {**location, "phase": phase})
+                _lens(first.span_range, title, TOGGLE_BREAKPOINT_COMMAND, {**location, "phase": phase}, tooltip)
             )
-        lenses.append(_lens(site.span_range, "Watch", WATCH_COMMAND, location))
-        summaries = live.get(id(site.layer))
-        if summaries:
-            lenses.append(_lens(site.span_range, live_title(summaries), WATCH_COMMAND, location))
+        watch = "Watch…" if several else "Watch"  # the extension asks which one
+        lenses.append(_lens(first.span_range, watch, WATCH_COMMAND, location, f"Show {names} in the Tensors panel"))
+        seen = [(site, live[id(site.layer)]) for site in line_sites if live.get(id(site.layer))]
+        if seen:
+            title = live_title([summary for _, summaries in seen for summary in summaries])
+            each = "; ".join(f"{site.layer.display_name}: {live_title(summaries)}" for site, summaries in seen)
+            lenses.append(_lens(first.span_range, title, WATCH_COMMAND, location, each if several else None))
     return lenses
+
+
+def _names(line_sites: list[LensSite]) -> str:
+    """'conv1', or "paths, paths['loud'] or paths['mute']": each layer once, as written."""
+    names = list(dict.fromkeys(site.layer.display_name for site in line_sites))
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def live_title(summaries: list[LiveSummary]) -> str:
@@ -95,22 +117,24 @@ def live_title(summaries: list[LiveSummary]) -> str:
 
 
 def _location(uri: str, site: LensSite) -> dict[str, Any]:
+    return {"uri": uri, "line": site.line, **_layer_fields(site)}
+
+
+def _layer_fields(site: LensSite) -> dict[str, Any]:
     layer = site.layer
-    location: dict[str, Any] = {
-        "uri": uri,
-        "line": site.line,
-        "site": site.site,
-        "definitionLine": layer.line,
-        "layer": layer.path,
-        "cls": layer.cls,
-    }
+    fields: dict[str, Any] = {"site": site.site, "definitionLine": layer.line, "layer": layer.path, "cls": layer.cls}
     if layer.owner:
-        location["owner"] = layer.owner
-    return location
+        fields["owner"] = layer.owner
+    return fields
 
 
-def _lens(span_range: dict[str, Any], title: str, command: str, argument: dict[str, Any]) -> dict[str, Any]:
-    return {"range": span_range, "command": {"title": title, "command": command, "arguments": [argument]}}
+def _lens(
+    span_range: dict[str, Any], title: str, command: str, argument: dict[str, Any], tooltip: str | None = None
+) -> dict[str, Any]:
+    lens: dict[str, Any] = {"title": title, "command": command, "arguments": [argument]}
+    if tooltip:
+        lens["tooltip"] = tooltip
+    return {"range": span_range, "command": lens}
 
 
 def _range_json(span_range: types.Range) -> dict[str, Any]:

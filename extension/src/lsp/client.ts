@@ -47,6 +47,8 @@ export interface LayerLensArgument {
   cls: string;
   /** The nn.Module subclass that owns the attribute; absent for module-level variables. */
   owner?: string;
+  /** A line with several layers: each of them (the fields above are the first one's). */
+  layers?: Array<Pick<LayerLensArgument, 'site' | 'definitionLine' | 'layer' | 'cls' | 'owner'>>;
 }
 
 /** One module's last summary, as the server expects it. `line` is 1-based (as ModuleInfo.line). */

@@ -27,6 +27,11 @@ def marked_sites(text: str) -> set[tuple[int, str, str]]:
     return sites
 
 
+def sites_named(argument: dict) -> set[tuple[int, str, str]]:
+    """(line, site, layer) of each layer a lens's argument stands for (``layers`` on a line with several)."""
+    return {(argument["line"], entry["site"], entry["layer"]) for entry in argument.get("layers", [argument])}
+
+
 async def lenses_for(client: LanguageClient, uri: str) -> list[types.CodeLens]:
     """The document's lenses, each resolved the way the editor resolves visible ones."""
     result = await client.text_document_code_lens_async(
@@ -50,7 +55,7 @@ async def test_lenses_sit_on_every_definition_style_and_call_site(client: Langua
         argument = lens.command.arguments[0]
         assert argument["uri"] == uri
         assert lens.range.start.line == argument["line"], "a lens sits on the line it names"
-        found.add((argument["line"], argument["site"], argument["layer"]))
+        found |= sites_named(argument)
     assert found == marked_sites(text)
 
 
@@ -58,21 +63,23 @@ async def test_lenses_on_calls_through_local_names_and_on_conditional_definition
     path = FIXTURES / "layers_local_names.py"
     uri = open_document(client, path)
     lenses = await lenses_for(client, uri)
-    found = {
-        (lens.command.arguments[0]["line"], lens.command.arguments[0]["site"], lens.command.arguments[0]["layer"])
-        for lens in lenses
-    }
+    found = set().union(*(sites_named(lens.command.arguments[0]) for lens in lenses))
     assert found == marked_sites(path.read_text())
     # The lens sits over the called expression (b["mix"]), and the conditional is one layer of the first branch's class.
     text_lines = path.read_text().splitlines()
     mix = next(
         lens
         for lens in lenses
-        if lens.command.arguments[0]["layer"] == "branches.mix" and lens.command.arguments[0]["site"] == "call"
+        if (lens.range.start.line, "call", "branches.mix") in sites_named(lens.command.arguments[0])
     )
     line = text_lines[mix.range.start.line]
     assert line[mix.range.start.character : mix.range.end.character] == 'b["mix"]'
-    assert mix.command.title == "branches['mix']: Break on forward"
+    assert mix.command.title == "Break on forward"
+    assert (
+        mix.command.tooltip
+        == "Stop in the forward of branches['mix'] or branches['gate'] (a layer breakpoint on this line; which of them,"
+        " the editor asks once the program runs)"
+    )
     damp = [
         lens
         for lens in lenses
@@ -127,12 +134,40 @@ async def test_resolving_a_lens_of_an_older_version_does_not_guess(client: Langu
     assert fresh[0].range.start.line == old[0].range.start.line + 1
 
 
-async def test_lines_with_several_layers_name_each_one(client: LanguageClient):
+async def test_a_line_with_several_layers_gets_one_set_of_lenses_naming_them_all(client: LanguageClient):
+    """A breakpoint is the line's: one set of lenses per line (a set per layer ran past the editor's
+    width, each labelled with one layer while its click toggled the whole line's breakpoint)."""
     uri = open_document(client, ALL_STYLES)
     lenses = await lenses_for(client, uri)
-    titles = [lens.command.title for lens in lenses if lens.command.arguments[0]["layer"] in ("blocks", "blocks.0")]
-    assert "blocks: Break on forward" in titles
-    assert "blocks[0]: Break on forward" in titles
+    by_line: dict[int, list[types.CodeLens]] = {}
+    for lens in lenses:
+        by_line.setdefault(lens.range.start.line, []).append(lens)
+    blocks = next(
+        line
+        for line in by_line.values()
+        if sites_named(line[0].command.arguments[0])
+        >= {(line[0].range.start.line, "definition", "blocks"), (line[0].range.start.line, "definition", "blocks.0")}
+    )
+    assert [lens.command.title for lens in blocks] == ["Break on forward", "Break on backward", "Watch…"]
+    forward = blocks[0].command
+    assert forward.tooltip.startswith("Stop in the forward of blocks, blocks[0]")
+    assert forward.tooltip.endswith(
+        "(a layer breakpoint on this line; which of them, the editor asks once the program runs)"
+    )
+    assert blocks[2].command.tooltip.startswith("Show blocks, blocks[0]")
+    assert all(len(line) == 3 for line in by_line.values()), "one set per line: forward, backward, watch"
+
+    # live summaries of two of the line's layers: one lens, each layer's in its tooltip
+    refreshes = client.lens_refreshes  # type: ignore[attr-defined]
+    client.protocol.notify(
+        "hookscope/liveSummaries",
+        {"uri": uri, "layers": {"blocks.0": {"shape": [1, 32, 8, 8]}, "blocks.1": {"shape": [1, 32, 4, 4], "nan": 2}}},
+    )
+    await wait_until(lambda: client.lens_refreshes > refreshes, "workspace/codeLens/refresh")  # type: ignore[attr-defined]
+    line = blocks[0].range.start.line
+    live = [lens for lens in await lenses_for(client, uri) if lens.range.start.line == line][3:]
+    assert [lens.command.title for lens in live] == ["out [1, 32, 8, 8] (+1 more) · 2 NaN"]
+    assert live[0].command.tooltip == "blocks[0]: out [1, 32, 8, 8]; blocks[1]: out [1, 32, 4, 4] · 2 NaN"
 
 
 def live_payload(path, line_conv1: int, nan: int = 0) -> dict:
