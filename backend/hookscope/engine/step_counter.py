@@ -99,8 +99,20 @@ class Ride:
         self._riders.discard(self)
 
 
-_ridden: weakref.WeakKeyDictionary[nn.Module, Riders] = weakref.WeakKeyDictionary()
-"""Models with riders on their counter, for ``heal``."""
+_ridden: dict[int, tuple[weakref.ref[nn.Module], Riders]] = {}
+"""Models with riders on their counter, for ``heal``, by id. A plain dict of weak references, not a
+WeakKeyDictionary: ``heal`` runs at optimizer steps, and that class's iteration is Python code,
+each of its calls traced under a debugger."""
+
+
+def _remember(model: nn.Module, riders: Riders) -> None:
+    key = id(model)
+
+    def forget(ref: weakref.ref[nn.Module]) -> None:
+        if _ridden.get(key, (None,))[0] is ref:  # not a later model given the same id
+            del _ridden[key]
+
+    _ridden[key] = (weakref.ref(model, forget), riders)
 
 
 def install(model: nn.Module, model_id: str, steps: dict[str, int], replay: Replaying) -> None:
@@ -150,16 +162,17 @@ def ride(
         return None
     handle = Ride(riders, before, after, lost)
     riders.add(handle, first)
-    _ridden[model] = riders
+    _remember(model, riders)
     return handle
 
 
 def heal() -> None:
     """Hand back the rides of every model whose counter left its slot (``model.compile()`` took it)."""
-    for model, riders in list(_ridden.items()):
-        if getattr(model.__dict__.get(_ATTRIBUTE), _RIDERS, None) is riders:
+    for key, (ref, riders) in list(_ridden.items()):
+        model = ref()
+        if model is None or getattr(model.__dict__.get(_ATTRIBUTE), _RIDERS, None) is riders:
             continue
-        del _ridden[model]
+        del _ridden[key]
         for handle in riders.rides():
             riders.discard(handle)
             handle.lost()
@@ -180,7 +193,7 @@ def remove(model: nn.Module) -> None:
     """Take the counter off (nothing when another call implementation took its place)."""
     if getattr(model.__dict__.get(_ATTRIBUTE), _MARK, None) is not None:
         del model.__dict__[_ATTRIBUTE]
-        _ridden.pop(model, None)
+        _ridden.pop(id(model), None)
 
 
 def counts(model: nn.Module, model_id: str) -> bool:

@@ -266,6 +266,34 @@ def test_a_root_whose_counter_is_displaced_is_hooked_instead_and_still_checked()
     assert hooks_left(model) == [] and vars(model)["_compiled_call_impl"] is taken
 
 
+def test_idle_models_cost_one_look_for_a_lost_counter_per_optimizer_step(monkeypatch):
+    """Copies that never run forward (an EMA of the weights, a frozen teacher) are idle at every
+    optimizer step; whether a counter was lost is asked once per step, not once per idle model
+    (each look runs over every ridden model: with seven models it cost the stack of ten a tenth
+    of its step under debugpy). A NaN in the model that trains is still found in its layer."""
+    from hookscope.engine import step_counter
+
+    model = make()
+    engine, hits = sentinel_on(model)
+    for n in range(3):
+        engine.add_model(f"ema{n}", copy.deepcopy(model))
+    looks = []
+    heal = step_counter.heal
+    monkeypatch.setattr(step_counter, "heal", lambda: looks.append(1) or heal())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for seed in range(4):
+        x, y = batch(seed)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    assert len(looks) == 4
+    plant_forward_nan(model)
+    train(model, steps=1)
+    assert [(h.layer, h.phase) for h in hits] == [("fc1", "forward")]
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+
 def test_the_replay_sees_the_inputs_the_users_own_root_pre_hook_saw():
     """The step is recorded before the root's own forward pre-hooks run (the check rides the step
     counter): the replay calls the root with the program's inputs and the user's hook changes them

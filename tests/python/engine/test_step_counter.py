@@ -13,6 +13,7 @@ from torch import nn
 
 from hookscope.engine import step_counter
 from hookscope.engine.core import Engine
+from hookscope.hooks.conditions import REPLAY
 
 
 def step(model: nn.Module, seed: int = 0) -> None:
@@ -136,3 +137,19 @@ def test_the_counter_goes_with_the_model_and_with_the_engine(setup):
     engine.add_model("m", model)
     assert step_counter.counts(model, "m")
     engine.shutdown()  # the fixture checks it is gone
+
+
+def test_a_ridden_model_that_is_freed_is_forgotten():
+    """``heal`` finds the ridden models through weak references: a model the program drops leaves
+    nothing behind."""
+    import gc
+
+    model = nn.Linear(2, 2)
+    step_counter.install(model, "m", {}, REPLAY)
+    ride = step_counter.ride(model, None, None, lambda: None)
+    assert ride is not None and id(model) in step_counter._ridden
+    key = id(model)
+    del model, ride
+    gc.collect()
+    assert key not in step_counter._ridden
+    step_counter.heal()  # nothing to hand back, nothing raised

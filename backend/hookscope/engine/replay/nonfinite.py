@@ -239,14 +239,18 @@ class NonFiniteWatch:
         """Check the gradients the end-of-backward callback did not (the loss bypassed the output)."""
         if REPLAY.depth:
             return
+        idle = False
         for sentinel in list(self.sentinels.values()):
             if sentinel.gradients_unchecked:  # the end-of-backward check usually ran: no call
                 sentinel.check_gradients(replay=False)
             elif sentinel.forwards == sentinel.forwards_at_optimizer:
-                # no forward seen since the last step (another model's optimizer, or the root's
-                # counter lost to model.compile()): the sentinel hooks the root if it was lost
-                step_counter.heal()
+                idle = True
             sentinel.forwards_at_optimizer = sentinel.forwards
+        if idle:
+            # A model with no forward seen since the last step: another model's optimizer, a copy
+            # that never runs (an EMA of the weights), or its counter lost to model.compile(),
+            # whose riders then hook the root. Once per step, however many models are idle.
+            step_counter.heal()
         for entries in list(self._entries.values()):
             if entries.sentinels:  # a child called directly got a sentinel of its own (rare: no call)
                 entries.check_gradients_unchecked()
