@@ -1,6 +1,6 @@
 // Workflow 7 of issue 6 (Hookscope's language server in the editor): code
 // lenses ("Break on forward" / "Break on backward") on the layer lines of the
-// CNN example, and a discarded hook handle in a user file flagged with HS001
+// CNN example, one set of lenses over a line that makes several layers, and a discarded hook handle in a user file flagged with HS001
 // whose quick fix, applied from the Ctrl+. menu, keeps the handle.
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -28,12 +28,27 @@ model[0].register_forward_hook(log_output)
 model(torch.zeros(1, 4))
 `;
 
+/** A model the examples do not have: a ModuleDict of two branches made on one line. */
+const ROUTER = `"""Two branches in a ModuleDict made on one line."""
+import torch
+from torch import nn
+
+
+class Router(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths = nn.ModuleDict({"loud": nn.Linear(4, 4), "mute": nn.Linear(4, 4)})
+
+    def forward(self, x):
+        return self.paths["loud"](x) + self.paths["mute"](x)
+`;
+
 describe('language server: code lenses and diagnostics', function () {
   const session = sessionSteps(() => E2ERun.start({
     name: 'language',
     extensions: [hookscopeVsix()],
     workspaceSource: EXAMPLES_DIR,
-    workspaceFiles: { '.vscode/launch.json': launchJson(), 'leaky_hooks.py': LEAKY_HOOKS },
+    workspaceFiles: { '.vscode/launch.json': launchJson(), 'leaky_hooks.py': LEAKY_HOOKS, 'router.py': ROUTER },
     settings: ({ traceFile }) => hookscopeSettings({ traceFile }),
   }));
 
@@ -57,6 +72,34 @@ describe('language server: code lenses and diagnostics', function () {
     await workbench.page.locator('.monaco-editor .codelens-decoration a', { hasText: 'Break on backward' }).first().click();
     const toggled = await trace.waitForEvent('breakpoint toggled from a lens', isEvent('breakpoint.toggled', { present: true }), { after: toggledAt });
     assert.equal(toggled.phase, 'backward');
+  });
+
+  it('7a2. a line that makes several layers gets one set of lenses, whose tooltips name them', async function () {
+    const { workbench, trace } = session.run();
+    await workbench.openFile('router.py');
+    await workbench.goToLine(Workbench.lineOf(path.join(session.run().workspaceDir, 'router.py'), 'self.paths = nn.ModuleDict('));
+    // The ModuleDict line and the call line each make or call several layers: each row is one set.
+    const rows = workbench.page.locator('.monaco-editor .codelens-decoration', { hasText: 'Watch…' });
+    const texts = await waitFor('the lens rows of the two several-layer lines', async () => {
+      const all = await rows.allInnerTexts();
+      return all.length >= 2 ? all : false;
+    }, { timeoutMs: 90_000 });
+    for (const text of texts) {
+      assert.deepEqual(text.split('|').map((t) => t.replace(/\u00a0/g, ' ').trim()), ['Break on forward', 'Break on backward', 'Watch…'], `one set per line: ${JSON.stringify(texts)}`);
+    }
+    const forwards = rows.locator('a', { hasText: 'Break on forward' });
+    const tooltips = await Promise.all((await forwards.all()).map((a) => a.getAttribute('title')));
+    // the rows' DOM order need not be the lines' order: find the ModuleDict line's by its tooltip
+    const index = tooltips.findIndex((t) => /^Stop in the forward of paths, paths\['loud'\] or paths\['mute'\] \(a layer breakpoint on this line/.test(t ?? ''));
+    assert.ok(index >= 0, `a tooltip naming the ModuleDict line's three layers: ${JSON.stringify(tooltips)}`);
+    assert.ok(tooltips.some((t) => /^Stop in the forward of paths\['loud'\] or paths\['mute'\] /.test(t ?? '')), `the call line's: ${JSON.stringify(tooltips)}`);
+    const forward = forwards.nth(index);
+    await workbench.screenshot('code-lenses-several-layers');
+    const at = trace.mark();
+    await forward.click();
+    const toggled = await trace.waitForEvent('the line breakpoint from the lens', isEvent('breakpoint.toggled', { present: true }), { after: at });
+    assert.equal(toggled.line, Workbench.lineOf(path.join(session.run().workspaceDir, 'router.py'), 'self.paths = nn.ModuleDict(') - 1);
+    assert.equal(toggled.phase, 'forward');
   });
 
   it('7b. a discarded hook handle shows a diagnostic whose quick fix applies', async function () {
