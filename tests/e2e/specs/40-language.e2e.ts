@@ -77,7 +77,8 @@ describe('language server: code lenses and diagnostics', function () {
   it('7a2. a line that makes several layers gets one set of lenses, whose tooltips name them', async function () {
     const { workbench, trace } = session.run();
     await workbench.openFile('router.py');
-    await workbench.goToLine(Workbench.lineOf(path.join(session.run().workspaceDir, 'router.py'), 'self.paths = nn.ModuleDict('));
+    const moduleDictLine = Workbench.lineOf(path.join(session.run().workspaceDir, 'router.py'), 'self.paths = nn.ModuleDict(');
+    await workbench.goToLine(moduleDictLine);
     // The ModuleDict line and the call line each make or call several layers: each row is one set.
     const rows = workbench.page.locator('.monaco-editor .codelens-decoration', { hasText: 'Watch…' });
     const texts = await waitFor('the lens rows of the two several-layer lines', async () => {
@@ -98,7 +99,7 @@ describe('language server: code lenses and diagnostics', function () {
     const at = trace.mark();
     await forward.click();
     const toggled = await trace.waitForEvent('the line breakpoint from the lens', isEvent('breakpoint.toggled', { present: true }), { after: at });
-    assert.equal(toggled.line, Workbench.lineOf(path.join(session.run().workspaceDir, 'router.py'), 'self.paths = nn.ModuleDict(') - 1);
+    assert.equal(toggled.line, moduleDictLine - 1);
     assert.equal(toggled.phase, 'forward');
   });
 

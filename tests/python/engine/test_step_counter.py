@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import pickle
 
@@ -142,8 +143,6 @@ def test_the_counter_goes_with_the_model_and_with_the_engine(setup):
 def test_a_ridden_model_that_is_freed_is_forgotten():
     """``heal`` finds the ridden models through weak references: a model the program drops leaves
     nothing behind."""
-    import gc
-
     model = nn.Linear(2, 2)
     step_counter.install(model, "m", {}, REPLAY)
     ride = step_counter.ride(model, None, None, lambda: None)
