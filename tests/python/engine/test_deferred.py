@@ -99,7 +99,50 @@ def layer(kind: str, width: int) -> nn.Module:
         "scale_": lambda: nn.Sequential(nn.Linear(width, width), _ScaleInPlace()),
         "neg": lambda: _Negative(),
         "aside": lambda: _TakesFirst(),
+        "gru": lambda: _Recurrent(nn.GRU(width, width)),
+        "lstm": lambda: _Recurrent(nn.LSTM(width, width)),
+        "attn": lambda: _Attention(width),
+        "conv": lambda: _Conv(width),
     }[kind]()
+
+
+class _Recurrent(nn.Module):
+    """A GRU's ``(output, h_n)`` or an LSTM's nested ``(output, (h_n, c_n))``, over the batch as one
+    unbatched sequence: a recurrent layer's outputs, and a container the wrapper's written-out case
+    does not take."""
+
+    def __init__(self, rnn: nn.Module) -> None:
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, state = self.rnn(x)
+        h = state[0] if isinstance(state, tuple) else state
+        return out + h
+
+
+class _Attention(nn.Module):
+    """Self-attention that returns its averaged weights beside its output (two floating outputs that
+    require grad: the exact gradient norm is over both)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(width, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, weights = self.attn(x, x, x, need_weights=True)
+        return out + weights.sum(dim=-1, keepdim=True)
+
+
+class _Conv(nn.Module):
+    """A 1-d convolution over the features, the batch as channels of one: a conv's 3-d activations."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(5, 5, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x.unsqueeze(0)).squeeze(0)
 
 
 class _ScaleInPlace(nn.Module):
@@ -123,7 +166,10 @@ class _Negative(nn.Module):
         return -(x.abs() * 7.0) - 1.0
 
 
-KINDS = ["linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "picks2", "seq", "scale", "scale_", "neg"]
+KINDS = [
+    *("linear", "tanh", "relu", "norm", "drop", "res", "res2", "picks", "picks2", "seq", "scale", "scale_", "neg"),
+    *("gru", "lstm", "attn", "conv"),  # layers of the field: recurrent state, attention weights, conv activations
+]
 
 conditions = st.sampled_from(
     [
