@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from engine_models import hooks_left
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from hookscope.engine.core import Engine
@@ -188,3 +190,126 @@ def test_gradients_whose_squares_underflow_float32_are_judged_in_float64(setup):
     [hit] = hits(events)
     true_norm = float(torch.cat([p.grad.double().flatten() for p in model.first.parameters()]).norm())
     assert hit["layer"] == "first" and f"gradient norm {true_norm:.4g} < 1e-20" in hit["reason"]
+
+
+# -- against a reference, on random models ------------------------------------------------------
+
+
+class _Zoo(nn.Module):
+    """Random layers of the field, on a (5, 8) batch: the parameter groups the check reads differently
+    (small CPU gradients through one flattened copy, large ones through norms), a recurrent layer's
+    flattened weights, a tied weight (counted once, under its first name), a frozen layer."""
+
+    def __init__(self, kinds: list[str], scales: list[float]) -> None:
+        super().__init__()
+        self.kinds = kinds
+        self.scales = scales
+        self.layers = nn.ModuleList()
+        for kind in kinds:
+            self.layers.append(
+                {
+                    "linear": lambda: nn.Linear(8, 8),
+                    "wide": lambda: nn.Sequential(nn.Linear(8, 700), nn.Tanh(), nn.Linear(700, 8)),  # > 4,096
+                    "gru": lambda: nn.GRU(8, 8),
+                    "lstm": lambda: nn.LSTM(8, 8),
+                    "norm": lambda: nn.LayerNorm(8),
+                    "conv": lambda: nn.Conv1d(5, 5, 3, padding=1),
+                    "frozen": lambda: nn.Linear(8, 8).requires_grad_(False),
+                    "tied": lambda: nn.Linear(8, 8),
+                }[kind]()
+            )
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for kind, scale, layer in zip(self.kinds, self.scales, self.layers, strict=True):
+            if kind in ("gru", "lstm"):
+                y = layer(x)[0]
+            elif kind == "conv":
+                y = layer(x.unsqueeze(0)).squeeze(0)
+            elif kind == "tied":
+                y = x @ self.head.weight.t() @ self.head.weight  # head's weight used here too
+            else:
+                y = layer(x)
+            x = torch.tanh(x + y * scale)
+        return self.head(x)
+
+
+def _reference(model: nn.Module) -> tuple[dict[str, float], dict[str, float]]:
+    """Each parameter's gradient norm and each layer's (its own parameters, each once), in float64."""
+    params: dict[str, float] = {}
+    layers: dict[str, float] = {}
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            norm = float(param.grad.double().norm())
+            params[name] = norm
+            layer = name.rpartition(".")[0]
+            layers[layer] = (layers.get(layer, 0.0) ** 2 + norm**2) ** 0.5
+    return params, layers
+
+
+def _between(values: list[float], quantile: float, position: float) -> float | None:
+    """A threshold in the gap between two neighbouring values that ``quantile`` picks, ``position`` of
+    the way up it on a log scale (close to either end: a check that rounds or bounds loosely shows),
+    and farther than float32's rounding from both; None when the gap is too narrow for that."""
+    ordered = sorted(set(values))
+    i = min(int(quantile * (len(ordered) + 1)), len(ordered))
+    low = ordered[i - 1] if i > 0 else ordered[0] / 10
+    high = ordered[i] if i < len(ordered) else ordered[-1] * 10
+    if low <= 0:
+        return None
+    threshold = low * (high / low) ** position
+    return threshold if min(threshold / low, high / threshold) > 1 + 1e-4 else None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(st.sampled_from(["linear", "wide", "gru", "lstm", "norm", "conv", "frozen", "tied"]), max_size=5),
+    scales=st.lists(st.sampled_from([1.0, 1e-6, 30.0]), min_size=5, max_size=5),
+    switch=st.sampled_from(["exploding", "vanishing", "both"]),
+    quantile=st.floats(0.0, 1.0),
+    position=st.sampled_from([0.001, 0.5, 0.999]),
+    nonfinite=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+# thresholds a hair under the largest parameter's norm, and over the weakest layer's
+@example(kinds=[], scales=[1.0] * 5, switch="exploding", quantile=0.5, position=0.999, nonfinite=False, seed=0)
+@example(kinds=["wide"], scales=[1.0] * 5, switch="both", quantile=1.0, position=0.001, nonfinite=True, seed=1)
+@example(kinds=["gru"], scales=[1e-6] * 5, switch="vanishing", quantile=0.0, position=0.999, nonfinite=False, seed=2)
+def test_the_stop_names_what_plain_torch_norms_name(kinds, scales, switch, quantile, position, nonfinite, seed):
+    """Exploding: the parameter with the largest gradient norm, when it is above the threshold;
+    vanishing: the layer with the smallest, when below, and its weakest parameter. Whatever the
+    layers, which path reads each gradient, and whether break on NaN/Inf shares the check."""
+    torch.manual_seed(seed)
+    model = _Zoo(kinds, scales[: len(kinds)])
+    x = torch.randn(5, 8)
+    model.zero_grad()
+    model(x).square().sum().backward()
+    params, layers = _reference(model)
+    exploding = _between(list(params.values()), quantile, position) if switch != "vanishing" else None
+    vanishing = _between(list(layers.values()), quantile, position) if switch != "exploding" else None
+    assume((exploding is not None) == (switch != "vanishing") and (vanishing is not None) == (switch != "exploding"))
+
+    events: list[dict] = []
+    engine = Engine(events.append, shapes=False)
+    engine.add_model("m", model)
+    engine.set_break_on_nonfinite(nonfinite)
+    engine.set_gradient_health(exploding, vanishing)
+    model.zero_grad()
+    model(x).square().sum().backward()  # the same gradients, now checked
+    engine.shutdown()
+    assert hooks_left(model) == []
+
+    worst = max(params, key=params.__getitem__)
+    weakest = min(layers, key=layers.__getitem__)
+    if exploding is not None and params[worst] > exploding:
+        [hit] = hits(events)
+        assert hit["layer"] == worst.rpartition(".")[0], (hit["reason"], params)
+        assert f"Exploding gradient: {worst} gradient norm {params[worst]:.4g} > {exploding:g}" in hit["reason"]
+    elif vanishing is not None and layers[weakest] < vanishing:
+        [hit] = hits(events)
+        owned = {name: norm for name, norm in params.items() if name.rpartition(".")[0] == weakest}
+        smallest = min(owned, key=owned.__getitem__)
+        assert hit["layer"] == weakest, (hit["reason"], layers)
+        assert f"gradient norm {layers[weakest]:.4g} < {vanishing:g} (smallest: {smallest})" in hit["reason"]
+    else:
+        assert hits(events) == []
