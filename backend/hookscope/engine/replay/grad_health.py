@@ -13,11 +13,14 @@ Cost
     ones' joint norm (a bound on each one's) and the large ones' norms: five
     tensor calls a step on the bench's transformer (seven beside break on
     NaN/Inf, whose sum of the output gradient joins them), where there were sixteen.
-    Their per-parameter sums (``segment_reduce``: one kernel, where a norm per
-    tensor costs ~2 µs each on a CPU) are taken when that bound is crossed or
-    vanishing is on, with per-layer sums (one ``index_add_``). What is compared
-    leaves the device in one transfer. The segment lengths and layer
-    indices are kept until the model's parameters change. Finite gradients whose
+    Vanishing reads each layer's sum of squares: one ``segment_reduce`` over the
+    flattened gradients by layer (a layer's parameters lie together in them), the
+    large ones' squared norms added by layer; a layer's sum bounds each of its
+    parameters' for exploding. Per-parameter sums (``segment_reduce`` again: one
+    kernel, where a norm per tensor costs ~2 µs each on a CPU) are taken only when
+    a bound is crossed or a stop names a parameter. What is compared leaves the
+    device in one transfer. The segment lengths and layer indices are kept until
+    the model's parameters change (names, or the flattened size). Finite gradients whose
     squares overflow float32 (~1e19 and more) are an explosion, not a NaN/Inf:
     their norms are then taken again in float64.
 
@@ -103,6 +106,14 @@ class _Layout:
     lengths: torch.Tensor
     layer_of: torch.Tensor
     layers: list[str]
+    layer_lengths: torch.Tensor | None
+    """Per-layer segment lengths of the flattened gradients, when each layer's flattened parameters
+    lie together (as ``named_parameters()`` yields them): the layers' sums in one kernel. None: apart."""
+    large_layer_of: torch.Tensor
+    """The layer index of each gradient read through a norm (after the flattened ones in ``names``)."""
+    flat_numel: int
+    """The flattened gradients' size: the segments add up to it, so ``segment_reduce`` may skip its
+    own check of their lengths (a host sync on a GPU, half its time on a CPU)."""
 
 
 class HealthCheck:
@@ -160,24 +171,40 @@ class HealthCheck:
         if layout is None or self._key != (id(flat_names), id(norm_names), len(flat), len(norm)):
             layout = self._layout_for(flat, flat_names, norm, norm_names)  # (kept: no call in the usual step)
         buffer = torch._C._nn.flatten_dense_tensors(flat) if flat else None
+        if buffer is not None and buffer.numel() != layout.flat_numel:  # a gradient changed size (same names)
+            self._layout = None
+            layout = self._layout_for(flat, flat_names, norm, norm_names)
         if buffer is not None and buffer.dtype is not torch.float32:
             buffer = buffer.float()
         if health.vanishing is None:
             return self._exploding_only(buffer, norm, root_grads, layout, health.exploding, armed)
         device = flat[0].device if flat else norm[0].device
         large = torch.stack(torch._foreach_norm(list(norm), dtype=torch.float32)).square() if norm else None
-        per_param = self._per_param(buffer, large, layout)
-        per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype, device=device).index_add_(
-            0, layout.layer_of, per_param
-        )
-        # max() carries a NaN/Inf of any parameter's sum of squares (torch's max propagates NaN):
-        # no total is summed for the NaN/Inf check
-        summary = [per_param.max(), per_layer.min()]
+        per_param = None
+        if layout.layer_lengths is not None:
+            per_layer = self._per_layer(buffer, large, layout)
+        else:  # a layer's flattened parameters apart: through each parameter's sum
+            per_param = self._per_param(buffer, large, layout)
+            per_layer = torch.zeros(len(layout.layers), dtype=per_param.dtype, device=device).index_add_(
+                0, layout.layer_of, per_param
+            )
+        # aminmax carries a NaN/Inf of any layer's sum of squares (it propagates NaN): no total is
+        # summed for the NaN/Inf check
+        summary = list(torch.aminmax(per_layer))
         for grad in root_grads:  # the gradient reaching the model output: NaN/Inf only
             summary.append(grad.detach().sum(dtype=torch.float32).to(device))
-        largest, smallest, *root = torch.stack(summary).tolist()
-        if not math.isfinite(largest + sum(root)):
+        smallest, strongest, *root = torch.stack(summary).tolist()
+        if not math.isfinite(strongest + sum(root)):
             return False, None
+        exploding = health.exploding
+        if exploding is not None and strongest > (exploding * (1 - BOUND_MARGIN)) ** 2:
+            # a layer's sum bounds each of its parameters': their own sums only when it is crossed
+            per_param = self._per_param(buffer, large, layout) if per_param is None else per_param
+            largest = float(per_param.max())
+        else:
+            largest = 0.0
+        if per_param is None and health.vanishing is not None and smallest < health.vanishing**2 and armed:
+            per_param = self._per_param(buffer, large, layout)  # the stop names the weakest layer's parameter
         return True, self._crossed(per_param, per_layer, layout, health, largest, smallest, armed)
 
     def _exploding_only(
@@ -228,7 +255,7 @@ class HealthCheck:
 
     def _crossed(
         self,
-        per_param: torch.Tensor,
+        per_param: torch.Tensor | None,
         per_layer: torch.Tensor,
         layout: _Layout,
         health: GradientHealth,
@@ -237,21 +264,40 @@ class HealthCheck:
         armed: bool = True,
     ) -> Finding | None:
         """The threshold crossed, exploding first: ``largest`` / ``smallest`` are the squared norms
-        of the largest parameter and of the weakest layer."""
+        of the largest parameter and of the weakest layer (``per_param``: taken wherever a finding
+        needs it: a stop, or ``largest`` read from it)."""
         if health.exploding is not None and largest > health.exploding**2:
-            return self._exploding(per_param, layout, health.exploding) if armed else CROSSED
+            return self._exploding(per_param, layout, health.exploding) if armed and per_param is not None else CROSSED
         if health.vanishing is not None and smallest < health.vanishing**2:
             # (disarmed, float32 alone decides: with a threshold under ~1e-19, a layer that
             # underflows it keeps the switch disarmed until a step reads above the threshold)
-            return self._vanishing(per_param, per_layer, layout, health.vanishing) if armed else CROSSED
+            return (
+                self._vanishing(per_param, per_layer, layout, health.vanishing)
+                if armed and per_param is not None
+                else CROSSED
+            )
         return None
+
+    @staticmethod
+    def _per_layer(buffer: torch.Tensor | None, large: torch.Tensor | None, layout: _Layout) -> torch.Tensor:
+        """Each layer's squared gradient norm, in ``layout.layers`` order: the flattened gradients' sums
+        by layer segments (the layers with flattened parameters come first), then the others'."""
+        assert layout.layer_lengths is not None
+        flat_layers = len(layout.layer_lengths)
+        parts = []
+        if buffer is not None:
+            parts.append(torch.segment_reduce(buffer.square(), "sum", lengths=layout.layer_lengths, unsafe=True))
+        if large is not None and len(layout.layers) > flat_layers:
+            parts.append(torch.zeros(len(layout.layers) - flat_layers, dtype=large.dtype, device=large.device))
+        per_layer = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return per_layer if large is None else per_layer.index_add_(0, layout.large_layer_of, large)
 
     @staticmethod
     def _per_param(buffer: torch.Tensor | None, large: torch.Tensor | None, layout: _Layout) -> torch.Tensor:
         """Each parameter's squared gradient norm, in ``layout.names`` order."""
         parts = []
         if buffer is not None:
-            parts.append(torch.segment_reduce(buffer.square(), "sum", lengths=layout.lengths))
+            parts.append(torch.segment_reduce(buffer.square(), "sum", lengths=layout.lengths, unsafe=True))
         if large is not None:
             parts.append(large)
         return parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -265,11 +311,21 @@ class HealthCheck:
             layers: dict[str, int] = {}
             layer_of = [layers.setdefault(name.rpartition(".")[0], len(layers)) for name in names]
             device = flat[0].device if flat else norm[0].device if norm else torch.device("cpu")
+            flat_layer_of = layer_of[: len(flat)]
+            layer_lengths = None
+            if flat_layer_of == sorted(flat_layer_of):  # each layer's flattened parameters together
+                sizes = [0] * (flat_layer_of[-1] + 1 if flat_layer_of else 0)
+                for layer, grad in zip(flat_layer_of, flat):
+                    sizes[layer] += grad.numel()
+                layer_lengths = torch.tensor(sizes, dtype=torch.long, device=device)
             self._layout = _Layout(
                 names,
                 torch.tensor([t.numel() for t in flat], dtype=torch.long, device=device),
                 torch.tensor(layer_of, dtype=torch.long, device=device),
                 list(layers),
+                layer_lengths,
+                torch.tensor(layer_of[len(flat) :], dtype=torch.long, device=device),
+                sum(t.numel() for t in flat),
             )
             self._key = key
         return self._layout
