@@ -200,7 +200,8 @@ def test_gradients_whose_squares_underflow_float32_are_judged_in_float64(setup):
 class _Zoo(nn.Module):
     """Random layers of the field, on a (5, 8) batch: the parameter groups the check reads differently
     (small CPU gradients through one flattened copy, large ones through norms), a recurrent layer's
-    flattened weights, a tied weight (counted once, under its first name), a frozen layer."""
+    flattened weights, a tied weight (counted once, under its first name), a frozen layer, and
+    parameters that get no gradient ("tied" makes a Linear it never calls)."""
 
     def __init__(self, kinds: list[str], scales: list[float]) -> None:
         super().__init__()
@@ -217,7 +218,7 @@ class _Zoo(nn.Module):
                     "norm": lambda: nn.LayerNorm(8),
                     "conv": lambda: nn.Conv1d(5, 5, 3, padding=1),
                     "frozen": lambda: nn.Linear(8, 8).requires_grad_(False),
-                    "tied": lambda: nn.Linear(8, 8),
+                    "tied": lambda: nn.Linear(8, 8),  # never called: parameters without a gradient
                 }[kind]()
             )
         self.head = nn.Linear(8, 2)

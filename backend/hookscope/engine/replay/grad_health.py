@@ -264,18 +264,20 @@ class HealthCheck:
         armed: bool = True,
     ) -> Finding | None:
         """The threshold crossed, exploding first: ``largest`` / ``smallest`` are the squared norms
-        of the largest parameter and of the weakest layer (``per_param``: taken wherever a finding
-        needs it: a stop, or ``largest`` read from it)."""
+        of the largest parameter and of the weakest layer. ``per_param`` is None only where no stop
+        is due (``check`` takes it for an armed crossing: a stop names the parameter)."""
         if health.exploding is not None and largest > health.exploding**2:
-            return self._exploding(per_param, layout, health.exploding) if armed and per_param is not None else CROSSED
+            if not armed:
+                return CROSSED
+            assert per_param is not None
+            return self._exploding(per_param, layout, health.exploding)
         if health.vanishing is not None and smallest < health.vanishing**2:
             # (disarmed, float32 alone decides: with a threshold under ~1e-19, a layer that
             # underflows it keeps the switch disarmed until a step reads above the threshold)
-            return (
-                self._vanishing(per_param, per_layer, layout, health.vanishing)
-                if armed and per_param is not None
-                else CROSSED
-            )
+            if not armed:
+                return CROSSED
+            assert per_param is not None
+            return self._vanishing(per_param, per_layer, layout, health.vanishing)
         return None
 
     @staticmethod
