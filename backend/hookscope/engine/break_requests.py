@@ -79,8 +79,7 @@ class BreakRequests(StepHooks, CompileStance):
             if not bp.handles or bp.deferred:  # a deferred breakpoint keeps them during its replays
                 continue
             for model_id, name in bp.layers:
-                index = self._indexes.get(model_id)
-                module = index.modules().get(name) if index is not None else None
+                module = self._breakpoints.installed_on(model_id, name)
                 if module is not None:
                     wanted[(model_id, name)] = module
         self._bp_outputs.sync(wanted)

@@ -125,8 +125,12 @@ class LayerBreakpoints:
             bp.deferred = tuple(p for p in spec.phases if p in DEFERRED_PHASES)
         exact = tuple(p for p in spec.phases if p not in bp.deferred)
         by_model: dict[str, list[tuple[str, nn.Module]]] = {}
+        tables: dict[str, dict[str, nn.Module]] = {}  # one walk of each model, not one per layer
         for model_id, name in bp.layers:
-            module = indexes[model_id].modules().get(name)
+            table = tables.get(model_id)
+            if table is None:
+                table = tables[model_id] = indexes[model_id].modules()
+            module = table.get(name)
             if module is None:
                 continue
             self._modules[(model_id, name)] = module
@@ -216,6 +220,10 @@ class LayerBreakpoints:
             if layer_model == model_id and module is not None:
                 self._install(bp, model_id, name, module, tuple(p for p in phases if p in bp.deferred), handles, taps)
         return [tap.close for tap in taps] + [handle.remove for handle in handles]
+
+    def installed_on(self, model_id: str, name: str) -> nn.Module | None:
+        """The module an enabled breakpoint's hooks are on (None: none is)."""
+        return self._modules.get((model_id, name))
 
     def modules_of(self, bp: Breakpoint, model_id: str) -> dict[str, nn.Module]:
         """The layers ``bp`` resolved to in one model, by name."""

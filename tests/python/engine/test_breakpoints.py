@@ -400,3 +400,39 @@ def test_backward_on_a_layer_that_returns_its_input_unchanged_gets_its_output_gr
     torch.testing.assert_close(hits[0].grad_output[0], h.grad)
     torch.testing.assert_close(hits[0].grad_input[0], h.grad)
     engine.remove_model("seq")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"condition": {"kind": "absmax_above", "threshold": 1e30}},  # the deferred path
+        {"hitCount": 10**9},  # the exact path (and the outputs its stops keep)
+    ],
+    ids=["deferred", "exact"],
+)
+def test_a_breakpoint_on_every_layer_of_a_deep_model_walks_the_model_a_few_times_not_once_per_layer(monkeypatch, spec):
+    # A walk per layer made `*` on a 1,000-layer stack take 2 s of the program's time (the agent holds the GIL).
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Linear(4, 4) for _ in range(300)))
+    engine = Engine(lambda event: None, shapes=False)
+    engine.add_model("m", model)
+    walks = []
+    named_modules = nn.Module.named_modules
+
+    def counted(self, *args, **kwargs):
+        if self is model:
+            walks.append(1)
+        return named_modules(self, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "named_modules", counted)
+    [resolved] = engine.handle(
+        {
+            "type": "setBreakpoints",
+            "breakpoints": [{"id": "bp", "layer": "*", "phases": ["forward", "backward"], **spec}],
+        }
+    )["resolved"]
+    assert len(resolved["layers"]) == 301 and "error" not in resolved
+    assert len(walks) < 10, f"{len(walks)} walks of the model for one breakpoint on 301 layers"
+    model(torch.randn(2, 4)).sum().backward()  # the hooks are there and quiet
+    engine.shutdown()
+    assert hooks_left(model) == []
