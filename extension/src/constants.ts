@@ -52,6 +52,7 @@ export const Settings = {
   traceFile: 'traceFile',
   diagnostics: 'diagnostics',
   tensorPresentation: 'tensorPresentation',
+  openTensorsBesideAtStop: 'openTensorsBesideAtStop',
 } as const;
 
 export const ContextKeys = {

@@ -9,7 +9,7 @@ import { LayerBreakpointsView } from './breakpoints/treeView';
 import { registerCommands, registerReporting } from './commands';
 import { ExtensionLog } from './common/log';
 import {
-  affects, breakOnNonFiniteSetting, gradientThresholdsSetting, runCompiledEagerlySetting, setRunCompiledEagerlySetting, summaryRateHz, traceFileSetting,
+  affects, besideAtStopSetting, breakOnNonFiniteSetting, gradientThresholdsSetting, runCompiledEagerlySetting, setRunCompiledEagerlySetting, summaryRateHz, traceFileSetting,
 } from './common/settings';
 import { Commands, ContextKeys, DEBUG_TYPE, PYTHON_DEBUG_TYPES, Settings, Views } from './constants';
 import { HookscopeAdapterFactory, HookscopeConfigurationProvider } from './debug/configurationProvider';
@@ -21,6 +21,7 @@ import { LanguageServerService } from './lsp/service';
 import { PanelController } from './views/panelController';
 import { InspectController } from './views/inspectController';
 import { HookscopeStatusBar } from './views/statusBar';
+import { placeAtStop } from './views/stopPlacement';
 import { TensorsViewProvider } from './views/tensorsView';
 
 const RUN_EAGERLY = 'Run Compiled Code Eagerly While Debugging';
@@ -137,7 +138,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   }));
   push(hub.onHit(({ hit }) => {
     void vscode.commands.executeCommand('setContext', ContextKeys.paused, hit.pausing);
-    if (hit.pausing) void tensors.reveal();
+    if (hit.pausing) void tensors.showAtStop(placeAtStop(besideAtStopSetting(), hit));
   }));
   push(hub.onResumed(() => void vscode.commands.executeCommand('setContext', ContextKeys.paused, false)));
   push(tracker.onDidStop(({ description }) => {

@@ -5,6 +5,7 @@ import type { HitMessage } from '../../extension/src/protocol/messages.gen';
 import { gradientStatusText, parseThreshold } from '../../extension/src/common/thresholds';
 import { initialPanelState, panelReducer, panelView } from '../../extension/src/views/panelState';
 import { initialUiState, renderOptions, uiReducer } from '../../extension/webview/state';
+import { besideAtStop, placeAtStop } from '../../extension/src/views/stopPlacement';
 
 describe('gradient-norm switches: thresholds', () => {
   it('reads positive numbers, empty as off, and refuses the rest', () => {
@@ -51,5 +52,21 @@ describe('panel: a gradient-health stop shows the step\'s gradient-norm profile'
     assert.equal(ui.visual, 'histogram');
     ui = uiReducer(ui, { type: 'visual', visual: 'gradientFlow' });
     assert.deepEqual(renderOptions(ui), {});  // picked by hand: the plain view
+  });
+});
+
+describe('where the Tensors panel shows itself at a stop', () => {
+  const gradientStop = { view: 'gradientFlow' };
+  const layerStop = {};
+  it('opens beside the code at a stop that comes with a figure, by default', () => {
+    const setting = besideAtStop(undefined);
+    assert.equal(setting, 'figures');
+    assert.equal(placeAtStop(setting, gradientStop), 'editor');
+    assert.equal(placeAtStop(setting, layerStop), 'side');
+  });
+  it('follows the setting: every stop, or never', () => {
+    assert.equal(placeAtStop(besideAtStop('always'), layerStop), 'editor');
+    assert.equal(placeAtStop(besideAtStop('never'), gradientStop), 'side');
+    assert.equal(besideAtStop('sideways'), 'figures', 'an unknown value is the default');
   });
 });

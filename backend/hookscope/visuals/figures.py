@@ -229,7 +229,8 @@ def gradient_flow(
     longest = max([len(layer["name"] or "(root)") for layer in layers] + [4])
     label_in = min(0.05 * longest, 2.5)  # rotated tick labels at 7 pt
     legend_in = 0.42  # two rows of the legend, above the plot: inside it, it hid the tallest bars
-    fig = new_figure(min(max(6.0, 0.35 * n + 2.0), 24.0), 3.4 + label_in + legend_in)
+    height_in = 3.4 + label_in + legend_in
+    fig = new_figure(min(max(6.0, 0.35 * n + 2.0), 24.0), height_in)
     set_margins(fig, 0.75, 0.35 + label_in, top_in=0.35 + legend_in)
     ax = fig.add_subplot(1, 1, 1)
     floor = min(vanishing / 100.0, 1e-12)
@@ -272,7 +273,17 @@ def gradient_flow(
             label.set_fontweight("bold")
     ax.set_ylabel("gradient norm" if metric == "norm" else "|grad|")
     ax.set_title(title or "Gradient flow", fontsize=10, pad=8 + legend_in * 72)
-    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=3, frameon=False, borderaxespad=0.2)
+    # Centred on the figure, not the axes: at the narrowest figure (6 in, a model of few layers) three
+    # columns are wider than the axes, and from the axes' left edge the last one ran off the image.
+    ax.legend(
+        fontsize=7,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0 - (0.35 + legend_in) / height_in),
+        bbox_transform=fig.transFigure,
+        ncols=3,
+        frameon=False,
+        borderaxespad=0.2,
+    )
     return figure_image(fig, meta)
 
 

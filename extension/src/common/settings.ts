@@ -3,6 +3,7 @@
 import * as vscode from 'vscode';
 import type { GradientThresholds } from '../backend/hub';
 import { Settings } from '../constants';
+import { besideAtStop, type BesideAtStop } from '../views/stopPlacement';
 
 function config(scope?: vscode.ConfigurationScope): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration(Settings.section, scope);
@@ -66,6 +67,11 @@ export function runCompiledEagerlySetting(): boolean {
 
 export async function setRunCompiledEagerlySetting(on: boolean): Promise<void> {
   await config().update(Settings.runCompiledEagerly, on, settingsTarget());
+}
+
+/** Whether a stop opens the Tensors panel beside the code (stopPlacement.ts). */
+export function besideAtStopSetting(): BesideAtStop {
+  return besideAtStop(config().get<string>(Settings.openTensorsBesideAtStop, 'figures'));
 }
 
 export function traceFileSetting(): string | undefined {

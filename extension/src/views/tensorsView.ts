@@ -52,6 +52,13 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     }
   }
 
+  /** At a stop: the wide panel beside the code, or the side bar's section (stopPlacement.ts). */
+  async showAtStop(place: 'editor' | 'side'): Promise<void> {
+    this.log.event('panel.shownAtStop', { place });
+    if (place === 'editor') this.openInEditor();
+    else await this.reveal();
+  }
+
   /** The panel in the editor area beside the code (one; revealed again when already open). */
   openInEditor(): void {
     if (this.editorPanel) {

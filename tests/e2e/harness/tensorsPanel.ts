@@ -140,6 +140,18 @@ export class TensorsPanel {
     }));
   }
 
+  /** How much of the first picture is inside the webview's viewport as it is scrolled now (0..1). */
+  async figureInView(): Promise<{ visible: boolean; visibleFraction: number; top: number; bottom: number; viewport: number }> {
+    const frame = await this.getFrame();
+    return frame.locator('[data-testid=render-figure] img').first().evaluate((img) => {
+      const { top, bottom, height } = img.getBoundingClientRect();
+      const viewport = window.innerHeight;
+      const shown = Math.max(0, Math.min(bottom, viewport) - Math.max(top, 0));
+      const visibleFraction = height > 0 ? shown / height : 0;
+      return { visible: visibleFraction >= 0.5, visibleFraction, top, bottom, viewport };
+    });
+  }
+
   /** Waits until the loaded pictures satisfy `check` (and there is no render error); returns them. */
   async waitForFigures(what: string, check: (figures: PanelFigure[]) => boolean, options: WaitOptions = {}): Promise<PanelFigure[]> {
     try {

@@ -1,7 +1,7 @@
 // Break on exploding gradients, set from the status bar item's menu: the threshold typed in the
 // menu reaches the program, the stop names the layer and the parameter (a parameter-gradient
-// stop, its locals in Variables), and the Tensors panel turns by itself to the gradient-flow
-// view of that step.
+// stop, its locals in Variables), and the Tensors panel opens beside the code by itself, turned
+// to the gradient-flow view of that step.
 import assert from 'node:assert/strict';
 import { Debugger } from '../harness/debug.ts';
 import { sessionSteps, startHookscopeRun } from '../harness/hookscope.ts';
@@ -55,15 +55,24 @@ describe('break on exploding gradients', function () {
     assert.match(await dbg.waitForVariable(/^param_name\b/), /weight|bias/);
     assert.match(await dbg.waitForVariable(/^layer\b/), new RegExp(String(hit.layer)));
 
+    // The panel opened by itself beside the code (the side bar's section is a strip at a stop) and
+    // turned to the gradient-flow view: that step's per-layer gradient norms, on screen.
+    await trace.waitForEvent('the panel opened beside the code', isEvent('panel.shownAtStop', { place: 'editor' }), { after: started });
+    const wide = new TensorsPanel(workbench, 'editor');
+    await wide.waitForHeadline(new RegExp(`Paused in layer ${hit.layer} \\(param_grad\\)`));
+    const select = (await wide.getFrame()).locator('[data-testid=visual-select]');
+    await waitFor('the panel to show the gradient-flow view', async () => (await select.inputValue()) === 'gradientFlow', { timeoutMs: 30_000 });
+    const image = await wide.showVisual('gradientFlow');
+    assert.equal(image.visual, 'gradientFlow');
+    const [figure] = await wide.waitForFigures('the gradient-flow figure', (figures) => figures.length === 1);
+    assert.ok(figure.drawnWidth > 300, `drawn wide enough to read: ${figure.drawnWidth}px`);
+    const inView = await wide.figureInView();
+    assert.ok(inView.visible, `the figure is in sight without scrolling: ${JSON.stringify(inView)}`);
+    assert.equal((await workbench.editorTabs()).active, 'explode.py', 'the code keeps the focus');
+    await workbench.screenshot('paused-at-exploding-gradient');
+    // The side bar's section shows the same stop.
     await panel.show();
     await panel.waitForHeadline(new RegExp(`Paused in layer ${hit.layer} \\(param_grad\\)`));
-    // The panel switched to the gradient-flow view by itself: that step's per-layer gradient norms.
-    const select = (await panel.getFrame()).locator('[data-testid=visual-select]');
-    await waitFor('the panel to show the gradient-flow view', async () => (await select.inputValue()) === 'gradientFlow', { timeoutMs: 30_000 });
-    const image = await panel.showVisual('gradientFlow');
-    assert.equal(image.visual, 'gradientFlow');
-    await panel.waitForFigures('the gradient-flow figure', (figures) => figures.length === 1);
-    await workbench.screenshot('paused-at-exploding-gradient');
 
     const stoppedAt = trace.mark();
     await dbg.stop();

@@ -48,6 +48,26 @@ def test_gradient_flow_legend_leaves_the_bars_in_view(pixels):
         assert band[r, cols[0] : cols[-1] + 1].all(), f"row {r}: something covers the band"
 
 
+def test_gradient_flow_legend_fits_the_narrowest_figure(monkeypatch):
+    """A stop's profile of a two-layer model (the narrowest figure, its legend at its widest: five entries
+    with 'this stop') shows every legend entry whole: anchored at the axes' left, the last column ran off."""
+    from hookscope.visuals import figures
+
+    drawn = []
+    figure_image = figures.figure_image
+    monkeypatch.setattr(figures, "figure_image", lambda fig, meta: drawn.append(fig) or figure_image(fig, meta))
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    (m(torch.randn(4, 8)).pow(2).mean() * 1e4).backward()
+    gradient_flow(m.named_parameters(), metric="norm", exploding=100.0, highlight="2")
+    [fig] = drawn
+    renderer = fig.canvas.get_renderer()
+    legend = fig.axes[0].get_legend()
+    assert len(legend.get_texts()) == 5
+    box, page = legend.get_window_extent(renderer), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+
+
 def test_gradient_flow_says_which_band_is_only_the_default(monkeypatch):
     """At a stop of one gradient-health switch the other's band is drawn at its default, labelled so."""
     from matplotlib.axes import Axes
