@@ -233,9 +233,12 @@ def gradient_flow(
     fig = new_figure(min(max(6.0, 0.35 * n + 2.0), 24.0), height_in)
     set_margins(fig, 0.75, 0.35 + label_in, top_in=0.35 + legend_in)
     ax = fig.add_subplot(1, 1, 1)
-    floor = min(vanishing / 100.0, 1e-12)
     xs = np.arange(len(layers))
     low_key, high_key = ("norm", "maxNorm") if metric == "norm" else ("mean", "max")
+    # Down to a tenth of the smallest value drawn: a vanishing stop's layers (1e-19 at an embedding) sat
+    # on a fixed 1e-12 floor, every bar flat at the axis, the profile the stop is about invisible.
+    shown = [v for layer in layers for v in (layer[low_key], layer[high_key]) if v and math.isfinite(v) and v > 0]
+    floor = min(vanishing / 100.0, 1e-12, min(shown, default=1.0) / 10.0)
     means = np.array([layer[low_key] if layer[low_key] else floor for layer in layers], dtype=float)
     maxes = np.array([layer[high_key] if layer[high_key] else floor for layer in layers], dtype=float)
     if len(layers):

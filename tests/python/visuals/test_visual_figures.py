@@ -68,6 +68,23 @@ def test_gradient_flow_legend_fits_the_narrowest_figure(monkeypatch):
     assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
 
 
+def test_gradient_flow_axis_reaches_the_smallest_gradient(monkeypatch):
+    """At a vanishing stop the layers' norms (1e-19 here) are drawn above the axis' floor, not flat on it."""
+    from hookscope.visuals import figures
+
+    drawn = []
+    figure_image = figures.figure_image
+    monkeypatch.setattr(figures, "figure_image", lambda fig, meta: drawn.append(fig) or figure_image(fig, meta))
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    (m(torch.randn(3, 4)) * 1e-18).sum().backward()
+    image = gradient_flow(m.named_parameters(), metric="norm", vanishing=1e-7, highlight="0")
+    smallest = min(layer["norm"] for layer in image.meta["layers"])
+    assert smallest < 1e-15
+    low, _ = drawn[0].axes[0].get_ylim()
+    assert low <= smallest / 5, (low, smallest)
+
+
 def test_gradient_flow_says_which_band_is_only_the_default(monkeypatch):
     """At a stop of one gradient-health switch the other's band is drawn at its default, labelled so."""
     from matplotlib.axes import Axes
