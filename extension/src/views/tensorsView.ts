@@ -59,10 +59,11 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     else await this.reveal();
   }
 
-  /** The panel in the editor area beside the code (one; revealed again when already open). */
+  /** The panel in the editor area beside the code (one; brought forward where it is when already open:
+   * the user may have moved it). */
   openInEditor(): void {
     if (this.editorPanel) {
-      this.editorPanel.reveal(vscode.ViewColumn.Beside, true);
+      this.editorPanel.reveal(undefined, true);
       return;
     }
     const dist = vscode.Uri.joinPath(this.extensionUri, 'dist');

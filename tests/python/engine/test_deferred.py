@@ -518,6 +518,39 @@ def test_values_past_the_slots_or_of_another_dtype_are_read_with_the_slotted_one
     assert values.verdict() is hits
 
 
+SHAPE_MIXES = {
+    "same": [(8, 16)] * 6,
+    "first dims differ": [(8, 16), (3, 16), (8, 16), (1, 16), (8, 16), (2, 16)],
+    "other sizes": [(8, 16), (4, 4), (16,), (2, 3, 5), (8, 16), (7,)],
+    "a 0-d one": [(8, 16), (8, 16), (), (8, 16), (8, 16), (8, 16)],
+    "other dtypes": [(8, 16), (8, 16), (8, 16), (8, 16), (8, 16), (8, 16)],
+}
+
+
+@pytest.mark.parametrize("mix", list(SHAPE_MIXES))
+@pytest.mark.parametrize(
+    ("kind", "threshold", "planted"), [("absmax_above", 50.0, -60.0), ("nonfinite", None, math.nan)]
+)
+def test_a_flush_of_small_tensors_reads_every_value_whatever_their_shapes(mix, kind, threshold, planted):
+    """A flush joins its small tensors (``torch.cat``, or flattened where cat refuses their shapes) and
+    reduces them at once: a value planted in any one of them, of any shape, is seen, each flush."""
+    raw = {"kind": kind} if threshold is None else {"kind": kind, "threshold": threshold}
+    values = deferred_values.StepValues(Condition.parse(raw), "forward", recorder=None)  # type: ignore[arg-type]
+    dtypes = [torch.float32, torch.float16, torch.float64, torch.bfloat16, torch.float32, torch.float32]
+    for where in range(len(SHAPE_MIXES[mix])):
+        tensors = [
+            torch.rand(shape, dtype=dtypes[i] if mix == "other dtypes" else torch.float32)
+            for i, shape in enumerate(SHAPE_MIXES[mix])
+        ]
+        values.refs, values.versions, values.owners = list(tensors), [t._version for t in tensors], [None] * 6
+        values.flush()
+        assert values.verdict() is False, "nothing planted yet"
+        tensors[where].view(-1)[-1] = planted
+        values.refs, values.versions, values.owners = list(tensors), [t._version for t in tensors], [None] * 6
+        values.flush()
+        assert values.verdict() is True, f"planted in the tensor of shape {tuple(tensors[where].shape)}"
+
+
 @pytest.mark.parametrize(("kind", "stale"), [("absmax_above", 1e9), ("grad_norm_below", 0.0)])
 def test_a_reduction_that_fails_leaves_its_slot_deciding_nothing_and_the_exact_test_decides(kind, stale):
     """The slot may hold the last step's value: a failed kernel must not let it through."""
