@@ -52,11 +52,14 @@ export class TensorsViewProvider implements vscode.WebviewViewProvider, vscode.D
     }
   }
 
-  /** At a stop: the wide panel beside the code, or the side bar's section (stopPlacement.ts). */
+  /** At a stop: the side bar's section, and the wide panel beside the code when `place` says so
+   * (stopPlacement.ts). The section is revealed either way: a stop that only opened the editor panel
+   * left Locals collapsed in Variables (VS Code expanded it with the section revealed; seen in
+   * code-server, e2e 22 holds it). */
   async showAtStop(place: 'editor' | 'side'): Promise<void> {
     this.log.event('panel.shownAtStop', { place });
+    await this.reveal();
     if (place === 'editor') this.openInEditor();
-    else await this.reveal();
   }
 
   /** The panel in the editor area beside the code (one; brought forward where it is when already open:

@@ -113,6 +113,12 @@ export class Debugger {
     return this.workbench.treeRows('Variables');
   }
 
+  /** Waits until VS Code expands `scope` in Variables by itself, as it does at a stop (no click: `variables()` clicks). */
+  async waitForScopeExpandedByItself(scope = 'Locals', options: WaitOptions = {}): Promise<void> {
+    const row = this.workbench.viewPane('Variables').locator('.monaco-list-row').filter({ hasText: new RegExp(`^\\s*${scope}\\b`) }).first();
+    await waitFor(`VS Code to expand ${scope} in Variables`, async () => (await row.count()) > 0 && (await row.getAttribute('aria-expanded')) === 'true', { timeoutMs: 15_000, ...options });
+  }
+
   async waitForVariable(pattern: RegExp, options: WaitOptions = {}): Promise<string> {
     return waitFor(`a variable matching ${pattern}`, async () => (await this.variables()).find((v) => pattern.test(v)), { timeoutMs: 30_000, ...options });
   }

@@ -52,6 +52,7 @@ describe('break on exploding gradients', function () {
     assert.equal(hit.phase, 'param_grad');
     assert.match(String(hit.reason), /^Exploding gradient: [02]\.(weight|bias) gradient norm \S+ > 100/, JSON.stringify(hit));
     await dbg.waitForPaused();
+    await dbg.waitForScopeExpandedByItself('Locals'); // the stop's locals in sight, the panel opening beside or not
     assert.match(await dbg.waitForVariable(/^param_name\b/), /weight|bias/);
     assert.match(await dbg.waitForVariable(/^layer\b/), new RegExp(String(hit.layer)));
 
