@@ -136,6 +136,7 @@ describe('the paused moment shows the user\'s code (a model the examples do not 
       { after: started, timeoutMs: 120_000 });
     await dbg.waitForPaused();
     await workbench.waitForActiveEditor('tower_parts.py', Workbench.lineOf(parts(), '# @call.score'));
+    await dbg.waitForScopeExpandedByItself('Locals'); // the stop's locals in sight with no click
     const rows = await frames(dbg);
     assert.match(rows[0] ?? '', /readout\.score · forward.*tower_parts\.py/, `the stop frame on top: ${rows.join(' | ')}`);
     // The parent's forward and the user's loop are the next frames of the user's code.
