@@ -15,8 +15,8 @@ export function besideAtStop(value: unknown): BesideAtStop {
   return BESIDE_AT_STOP_VALUES.includes(value as BesideAtStop) ? (value as BesideAtStop) : 'figures';
 }
 
-/** Where a pausing hit shows the panel: 'editor' opens (or brings forward) the wide panel beside
- * the code, 'side' reveals the Run and Debug view's section. */
+/** Where a pausing hit shows the panel: 'side' reveals the Run and Debug view's section; 'editor'
+ * reveals it too and opens (or brings forward) the wide panel beside the code. */
 export function placeAtStop(setting: BesideAtStop, hit: Pick<HitMessage, 'view'>): 'editor' | 'side' {
   if (setting === 'always') return 'editor';
   if (setting === 'figures' && hit.view !== undefined) return 'editor';
