@@ -21,7 +21,7 @@ import { LanguageServerService } from './lsp/service';
 import { PanelController } from './views/panelController';
 import { InspectController } from './views/inspectController';
 import { HookscopeStatusBar } from './views/statusBar';
-import { placeAtStop } from './views/stopPlacement';
+import { placeAtStop } from './common/stopPlacement';
 import { TensorsViewProvider } from './views/tensorsView';
 
 const RUN_EAGERLY = 'Run Compiled Code Eagerly While Debugging';

@@ -5,7 +5,7 @@ import type { HitMessage } from '../../extension/src/protocol/messages.gen';
 import { gradientStatusText, parseThreshold } from '../../extension/src/common/thresholds';
 import { initialPanelState, panelReducer, panelView } from '../../extension/src/views/panelState';
 import { initialUiState, renderOptions, uiReducer } from '../../extension/webview/state';
-import { besideAtStop, placeAtStop } from '../../extension/src/views/stopPlacement';
+import { besideAtStop, placeAtStop } from '../../extension/src/common/stopPlacement';
 
 describe('gradient-norm switches: thresholds', () => {
   it('reads positive numbers, empty as off, and refuses the rest', () => {

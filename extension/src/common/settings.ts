@@ -3,7 +3,7 @@
 import * as vscode from 'vscode';
 import type { GradientThresholds } from '../backend/hub';
 import { Settings } from '../constants';
-import { besideAtStop, type BesideAtStop } from '../views/stopPlacement';
+import { besideAtStop, type BesideAtStop } from './stopPlacement';
 
 function config(scope?: vscode.ConfigurationScope): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration(Settings.section, scope);

@@ -203,7 +203,7 @@ class HealthCheck:
             largest = float(per_param.max())
         else:
             largest = 0.0
-        if per_param is None and health.vanishing is not None and smallest < health.vanishing**2 and armed:
+        if per_param is None and smallest < health.vanishing**2 and armed:
             per_param = self._per_param(buffer, large, layout)  # the stop names the weakest layer's parameter
         return True, self._crossed(per_param, per_layer, layout, health, largest, smallest, armed)
 
